@@ -1,0 +1,174 @@
+"""The one registry of diagnostic codes.
+
+A code is stable once published: it is never reused for another meaning.  ``P01xx`` syntax,
+``P02xx`` schema, ``P03xx`` semantics, ``P04xx`` compilation to Argo, ``P00xx`` input files,
+``W0xxx`` warnings.  ``durapipe explain CODE`` prints the explanation; a test checks that every
+code has one and is exercised by a file under ``tests/cases/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    title: str
+    explanation: str
+
+
+_CODES = [
+    # -- input files ----------------------------------------------------------------------
+    Code("P0001", "cannot read the input file", """
+The file does not exist, is a directory, or cannot be read.  Check the path you passed."""),
+    Code("P0002", "the input is not UTF-8 text", """
+A `.pipe` file is UTF-8 text.  This one holds bytes that are not valid UTF-8 (or NUL bytes),
+which usually means a binary file was passed by mistake."""),
+    Code("P0003", "the input is too large or nested too deeply", """
+durapipe refuses inputs over 16 MiB and blocks or lists nested more than 64 levels deep, so a
+malformed or generated file cannot exhaust memory or the stack.  Split the pipeline."""),
+    Code("P0004", "the Python builder module is invalid", """
+`durapipe` loads a `.py` file as a module and expects a module-level variable `pipeline` built
+with `durapipe.dsl.builder.Pipeline`.  The module raised an exception, or `pipeline` is missing
+or of the wrong type."""),
+    # -- syntax ---------------------------------------------------------------------------
+    Code("P0100", "syntax error", """
+The parser met a token it did not expect.  The message lists what it expected there.
+
+    stage "train" {
+      image = "ghcr.io/acme/train:1"
+      ]"""),
+    Code("P0101", "`:` used where `=` belongs", """
+Attributes are written `name = value`; only `params` declarations use `name: type = default`.
+
+    image: "ghcr.io/acme/train:1"     # wrong
+    image = "ghcr.io/acme/train:1"    # right"""),
+    Code("P0102", "missing `=` after an attribute name", """
+An attribute is `name = value`.  A name followed directly by a value lacks its `=`.
+
+    image "ghcr.io/acme/train:1"      # wrong
+    image = "ghcr.io/acme/train:1"    # right"""),
+    Code("P0103", "unclosed block", """
+A `{` has no matching `}`.  The error points at the opening brace and at where the parser
+noticed (usually the next top-level block or the end of the file)."""),
+    Code("P0104", "comma between attributes", """
+Attributes are separated by newlines or spaces, not commas.  Commas separate list items only.
+
+    resources { cpu = 8, memory = 32Gi }   # wrong
+    resources { cpu = 8  memory = 32Gi }   # right"""),
+    Code("P0105", "single-quoted string", """
+Strings use double quotes.  `'text'` is not a string in `.pipe`.
+
+    image = 'ghcr.io/acme/train:1'   # wrong
+    image = "ghcr.io/acme/train:1"   # right"""),
+    Code("P0106", "unexpected character", """
+A character that cannot start any token (for example `;`, `@` or a control character)."""),
+    Code("P0107", "unterminated string or heredoc", """
+A string must close on the line where it opens; a heredoc `<<EOT` must end with a line that
+holds only its tag (`EOT`)."""),
+    Code("P0108", "invalid `${...}` interpolation", """
+Inside a string, `${...}` must hold one dotted reference such as `${params.lr}` or
+`${prep.outputs.data}`.  Write `$${` for a literal `${`."""),
+    Code("P0109", "duplicate attribute or block", """
+The same attribute or block appears twice in one block.  Keep one; the later one would
+otherwise silently win."""),
+    Code("P0110", "invalid escape sequence in a string", """
+Strings support the escapes \\\\ \\" \\n \\t \\r and \\uXXXX.  Any other backslash sequence is an
+error, so that a Windows path or a regex is not silently changed."""),
+    # -- schema ---------------------------------------------------------------------------
+    Code("P0201", "unknown attribute or block", """
+The name is not part of the language at this place.  The hint suggests the closest known name;
+`docs/language.md` lists every attribute of every block."""),
+    Code("P0202", "missing required attribute", """
+A required attribute is absent, for example a stage without `image` (and no `image` in
+`defaults`), or a file without a `pipeline` block."""),
+    Code("P0203", "wrong type of value", """
+The value has the wrong type for the attribute, e.g. a string where a number is expected, or a
+single value where a list is expected."""),
+    Code("P0204", "value out of range", """
+The number is outside the allowed range, e.g. `retry { attempts = -1 }` or a GPU count of 0."""),
+    Code("P0205", "invalid quantity or duration", """
+Memory sizes are a number and a unit (`512Mi`, `16Gi`, `1Ti`, or decimal `500M`); durations are
+a number and one of `s m h d` (`30m`, `12h`, `7d`, `1h30m`); CPU is a plain number of cores
+(`8`, `0.5`) or the quoted Kubernetes form `"500m"`."""),
+    Code("P0206", "value is not one of the allowed choices", """
+The attribute takes one of a fixed set of words, e.g. `kind = "workflow" | "template" | "cron"`
+or `checkpoint { scope = "run" | "pipeline" }`."""),
+    Code("P0207", "misplaced or repeated top-level block", """
+A file has exactly one `pipeline "name" { }` block, at most one `params` and one `defaults`
+block, and any number of `stage "name" { }` blocks.  Only those four appear at top level."""),
+    Code("P0208", "unknown function", """
+The only function is `secret("secret-name", "key")`, usable as an `env` value."""),
+    Code("P0209", "attribute not allowed in `defaults`", """
+`defaults` holds settings shared by every stage.  Graph edges and outputs (`needs`, `inputs`,
+`outputs`) are per stage and cannot be defaulted."""),
+    # -- semantics ------------------------------------------------------------------------
+    Code("P0301", "unknown reference", """
+A reference names a param, stage or output that does not exist.  References are
+`params.NAME`, `STAGE.outputs.NAME` or a bare stage name (in `needs`)."""),
+    Code("P0302", "dependency cycle", """
+Stages depend on each other in a cycle (through output references or `needs`), so no order can
+run them.  The message lists the cycle."""),
+    Code("P0303", "duplicate stage name", """
+Two stages have the same name.  Stage names are unique within a pipeline."""),
+    Code("P0304", "duplicate parameter", """
+Two params have the same name."""),
+    Code("P0305", "invalid name", """
+Pipeline, stage, param and output names become Kubernetes and Argo names: lower-case letters,
+digits and `-` (stage and pipeline names; at most 50 characters so that generated names fit),
+or letters, digits and `_` for params and outputs."""),
+    Code("P0306", "stage needs exactly one of `command` and `script`", """
+A stage runs either an exec-form `command = [...]` or a shell `script = <<EOT ... EOT`."""),
+    Code("P0307", "param default does not match its type", """
+`epochs: int = "three"` is rejected: the default must have the declared type."""),
+    Code("P0308", "a stage depends on itself", """
+A stage cannot read its own outputs or list itself in `needs`."""),
+    Code("P0311", "unknown GPU type", """
+The GPU type is not in the catalogue of the pipeline's cluster profile.  Add it to
+`pipeline { cluster { gpu_products { NAME = "node-label-value" } } }` if your cluster has it."""),
+    Code("P0312", "OOM memory ladder is not increasing", """
+`retry { on_oom { memory = [...] } }` lists sizes to climb through on each out-of-memory kill;
+each size must be larger than the one before."""),
+    Code("P0313", "`resources.memory` disagrees with the OOM ladder", """
+With an OOM ladder, the first rung is the stage's memory.  Either drop `resources.memory` or make
+it equal to the first rung."""),
+    Code("P0314", "inconsistent GPU request", """
+`fallback_after` needs at least two GPU types to fall back between."""),
+    Code("P0315", "`last_attempt_on_demand` without `interruptible`", """
+Only an interruptible (spot) stage can move its last attempt to on-demand capacity."""),
+    Code("P0316", "invalid cron schedule", """
+A schedule has five fields (minute hour day-of-month month day-of-week), or is one of the
+macros `@hourly @daily @weekly @monthly @yearly`."""),
+    Code("P0317", "checkpoint or cache needs pipeline storage", """
+Checkpoints and cached data live under the pipeline's `storage` URI.  Set
+`pipeline "x" { storage = "s3://bucket/prefix" }`."""),
+    Code("P0318", "a `distributed` stage must request GPUs or CPUs per node", """
+A multi-node stage declares the resources of one node; without them the JobSet cannot place its
+pods sensibly."""),
+    Code("P0319", "unused or conflicting stage setting", """
+The stage sets something that has no effect in its configuration, e.g. `cache { enabled = false }`
+together with other cache settings."""),
+    # -- compilation ----------------------------------------------------------------------
+    Code("P0401", "construct cannot be lowered to the target Argo version", """
+The construct needs a feature that the chosen `--argo-version` lacks (for example
+`pendingTimeout`, new in Argo 4.1).  Target a newer Argo or drop the construct."""),
+    Code("P0402", "generated names collide or are too long", """
+Two stages map to the same Argo name, or a generated name exceeds Kubernetes' limit.  Rename a
+stage."""),
+    Code("P0403", "compiled object exceeds Argo limits", """
+An object would exceed Argo's limits (1 MiB per object) even after splitting into nested DAGs and
+WorkflowTemplates."""),
+    # -- warnings -------------------------------------------------------------------------
+    Code("W0001", "unused parameter", """
+A param is declared but no stage refers to it."""),
+    Code("W0002", "cache on a stage with no declared outputs", """
+A cached stage with no outputs can only skip work; nothing downstream can depend on what it
+produced.  This is allowed, but usually a mistake."""),
+]
+
+CODES: dict[str, Code] = {c.code: Code(c.code, c.title, c.explanation.strip("\n")) for c in _CODES}
+
+
+def get(code: str) -> Code:
+    return CODES[code]

@@ -1,0 +1,205 @@
+"""Diagnostics: one data model, collected by phases, rendered for terminals and tools."""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from durapipe.dsl import codes
+from durapipe.dsl.source import Span
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Label:
+    """A span with a short message shown under it; the first label of a diagnostic is primary."""
+
+    span: Span
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    labels: tuple[Label, ...] = ()
+    help: str | None = None
+    notes: tuple[str, ...] = ()
+    #: Where the diagnostic came from when there is no source span (the Python builder's caller).
+    location: str | None = None
+    severity: Severity = field(default=Severity.ERROR)
+
+    def __post_init__(self) -> None:
+        if self.code not in codes.CODES:
+            raise ValueError(f"diagnostic code {self.code} is not in the registry")
+
+    @property
+    def span(self) -> Span | None:
+        return self.labels[0].span if self.labels else None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def sort_key(self) -> tuple[str, int, int, str, str]:
+        span = self.span
+        if span is None:
+            return (self.location or "", 0, 0, self.code, self.message)
+        return (*span.sort_key(), self.code, self.message)
+
+    def where(self) -> str:
+        if self.span is not None:
+            return str(self.span)
+        return self.location or "<input>"
+
+
+def error(
+    code: str,
+    message: str,
+    span: Span | None,
+    label: str = "",
+    *,
+    help: str | None = None,
+    notes: Iterable[str] = (),
+    extra: Iterable[Label] = (),
+) -> Diagnostic:
+    labels = ((Label(span, label),) if span is not None else ()) + tuple(extra)
+    return Diagnostic(code, message, labels, help, tuple(notes))
+
+
+def warning(code: str, message: str, span: Span | None, label: str = "", *,
+            help: str | None = None) -> Diagnostic:
+    labels = (Label(span, label),) if span is not None else ()
+    return Diagnostic(code, message, labels, help, severity=Severity.WARNING)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A hint naming the closest choice, if one is close enough to be a likely typo."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    if word.lower() in lowered and lowered[word.lower()] != word:
+        return f"did you mean `{lowered[word.lower()]}`?"
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
+def sort_unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """Diagnostics in source order, each reported once."""
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for diag in sorted(diagnostics, key=Diagnostic.sort_key):
+        key = (diag.sort_key(), diag.severity)
+        if key not in seen:
+            seen.add(key)
+            out.append(diag)
+    return out
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.is_error for d in diagnostics)
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+_TAB = "    "
+
+
+def _expand(line: str) -> str:
+    return line.replace("\t", _TAB)
+
+
+def render_human(diag: Diagnostic, color: bool = False) -> str:
+    """rustc-style text: header, location, source lines with carets, help and notes."""
+    bold, red, yellow, blue, reset = (
+        ("\x1b[1m", "\x1b[31m", "\x1b[33m", "\x1b[34m", "\x1b[0m") if color else ("",) * 5
+    )
+    tint = red if diag.is_error else yellow
+    out = [f"{bold}{tint}{diag.severity.value}[{diag.code}]{reset}{bold}: {diag.message}{reset}"]
+    if not diag.labels:
+        out.append(f"  --> {diag.where()}")
+        gutter = "  "
+    else:
+        lines = sorted({label.span.line for label in diag.labels})
+        width = len(str(lines[-1]))
+        gutter = " " * width
+        out.append(f"{gutter}{blue}-->{reset} {diag.where()}")
+        out.append(f"{gutter} {blue}|{reset}")
+        by_line: dict[int, list[Label]] = {}
+        for label in diag.labels:
+            by_line.setdefault(label.span.line, []).append(label)
+        for line in lines:
+            source = diag.labels[0].span.source
+            for label in by_line[line]:
+                source = label.span.source
+            text = source.line_text(line)
+            out.append(f"{blue}{line:>{width}} |{reset} {_expand(text)}".rstrip())
+            for label in by_line[line]:
+                span = label.span
+                col = span.column
+                end_line, end_col = span.source.line_col(span.end)
+                length = (end_col - col) if end_line == line else len(text) - col + 1
+                prefix = _expand(text[: col - 1])
+                carets = "^" * max(1, len(_expand(text[col - 1 : col - 1 + max(length, 1)])))
+                marker = f"{' ' * len(prefix)}{tint}{carets}{reset}"
+                out.append(f"{gutter} {blue}|{reset} {marker} {label.message}".rstrip())
+        out.append(f"{gutter} {blue}|{reset}")
+    if diag.help:
+        out.append(f"{gutter} {blue}={reset} {bold}help{reset}: {diag.help}")
+    for note in diag.notes:
+        out.append(f"{gutter} {blue}={reset} {bold}note{reset}: {note}")
+    return "\n".join(out)
+
+
+def render_short(diag: Diagnostic) -> str:
+    return f"{diag.where()}: {diag.severity.value}[{diag.code}]: {diag.message}"
+
+
+def to_json(diag: Diagnostic) -> dict[str, object]:
+    """LSP-like record: 1-based line/column, exclusive end."""
+    record: dict[str, object] = {
+        "code": diag.code,
+        "severity": diag.severity.value,
+        "message": diag.message,
+        "help": diag.help,
+        "notes": list(diag.notes),
+    }
+    if diag.span is not None:
+        span = diag.span
+        end_line, end_col = span.source.line_col(span.end)
+        record.update(
+            file=span.source.path,
+            line=span.line,
+            column=span.column,
+            end_line=end_line,
+            end_column=end_col,
+        )
+    else:
+        record.update(file=diag.location, line=None, column=None, end_line=None, end_column=None)
+    record["labels"] = [
+        {"line": lb.span.line, "column": lb.span.column, "message": lb.message}
+        for lb in diag.labels
+    ]
+    return record
+
+
+def render(diagnostics: Sequence[Diagnostic], fmt: str = "human", color: bool = False) -> str:
+    if fmt == "json":
+        return json.dumps([to_json(d) for d in diagnostics], indent=2, sort_keys=True)
+    if fmt == "short":
+        return "\n".join(render_short(d) for d in diagnostics)
+    return "\n\n".join(render_human(d, color) for d in diagnostics)
+
+
+class PipelineError(Exception):
+    """Raised at the API boundary (builder, ``load``) when a pipeline has errors."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]):
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n\n" + render(self.diagnostics))

@@ -1,0 +1,85 @@
+"""Entry points of the front end: parse, lower, validate, check; results plus diagnostics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durapipe.dsl import diagnostics as dg
+from durapipe.dsl import lower as lw
+from durapipe.dsl import parser, validate
+from durapipe.dsl.model import Pipeline
+from durapipe.dsl.source import Source, SourceMap, Span
+from durapipe.dsl.syntax import File
+
+
+@dataclass
+class LoadResult:
+    pipeline: Pipeline | None
+    diagnostics: list[dg.Diagnostic]
+    source_map: SourceMap = field(default_factory=dict)
+    syntax: File | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.pipeline is not None and not dg.has_errors(self.diagnostics)
+
+
+def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None,
+           diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    """Validate lowered data and run the semantic checks; shared with the builder."""
+    pipeline, errors = validate.model_from_data(data, source_map, fallback)
+    diagnostics = diagnostics + errors
+    if pipeline is not None and not any(d.code == "P0202" and "pipeline" in d.message
+                                        for d in diagnostics):
+        diagnostics += validate.check(pipeline, source_map, fallback)
+    diagnostics = dg.sort_unique(diagnostics)
+    if dg.has_errors(diagnostics):
+        return LoadResult(None, diagnostics, source_map)
+    return LoadResult(pipeline, diagnostics, source_map)
+
+
+def loads(text: str, path: str = "<input>") -> LoadResult:
+    """Load a pipeline from ``.pipe`` text."""
+    source = Source(path, text)
+    syntax, diagnostics = parser.parse(source)
+    if syntax is None:
+        return LoadResult(None, dg.sort_unique(diagnostics))
+    lowered = lw.lower(syntax)
+    result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
+                    diagnostics + lowered.diagnostics)
+    result.syntax = syntax
+    return result
+
+
+def read_source(path: str | os.PathLike[str]) -> tuple[Source | None, list[dg.Diagnostic]]:
+    """Read a file as UTF-8, turning every I/O problem into a diagnostic."""
+    shown = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        return None, [dg.Diagnostic("P0001", f"cannot read {shown}: {exc.strerror or exc}",
+                                    location=shown)]
+    if len(raw) > parser.MAX_INPUT_CHARS:
+        return None, [dg.Diagnostic("P0003", f"{shown} is {len(raw)} bytes; the limit is "
+                                    f"{parser.MAX_INPUT_CHARS}", location=shown)]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [dg.Diagnostic(
+            "P0002", f"{shown} is not UTF-8 text (invalid byte at offset {exc.start})",
+            location=shown, help="is this a binary file?")]
+    return Source(shown, text), []
+
+
+def load_path(path: str | os.PathLike[str]) -> LoadResult:
+    """Load a ``.pipe`` file, or a Python module exposing ``pipeline`` (builder API)."""
+    if str(path).endswith(".py"):
+        from durapipe.dsl import builder
+
+        return builder.load_module(path)
+    source, diagnostics = read_source(path)
+    if source is None:
+        return LoadResult(None, diagnostics)
+    return loads(source.text, source.path)

@@ -1,0 +1,360 @@
+"""Syntax tree -> plain data for the model, plus a source map; defaults are merged here.
+
+The block vocabulary is closed and written out below as tables, one per block, so that an
+unknown name gets a did-you-mean against exactly the names allowed at that place.  Values are
+converted to Python but their types are checked by the pydantic model, whose error locations
+are mapped back to spans through the source map.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from durapipe.dsl import syntax as st
+from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
+from durapipe.dsl.model import Ref, Secret, simplify_text
+from durapipe.dsl.source import KEY, SourceMap, Span
+
+Loc = tuple[Union[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute; ``convert`` adapts the plain value before the model sees it."""
+
+    convert: Callable[[Any, st.Value, "Lowering", Loc], Any] | None = None
+    #: The field name in the model, when it differs from the attribute name.
+    target: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Blk:
+    """A nested block with its own vocabulary; ``flag`` also accepts ``name = true|false``."""
+
+    schema: dict[str, Attr | Blk | Map]
+    flag: bool = False
+    target: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Map:
+    """A block whose members are free-form ``key = value`` pairs (env, labels, outputs)."""
+
+    target: tuple[str, ...] | None = None
+
+
+def _needs(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+    if not isinstance(node, st.ListValue):
+        return value
+    names = []
+    for item, item_node in zip(value, node.items):
+        if isinstance(item, Ref) and len(item.path) == 1:
+            names.append(item.path[0])
+        else:
+            text = item if isinstance(item, str) else None
+            lowering.diagnostics.append(error(
+                "P0203", "`needs` lists stage names, written bare", item_node.span,
+                "not a bare stage name",
+                help=f"write `{text}` without quotes" if text else "write `needs = [prep]`"))
+    return names
+
+
+def _gpu_types(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+    if not isinstance(value, list):
+        return value
+    out: list[Any] = []
+    for item, item_node in zip(value, node.items if isinstance(node, st.ListValue) else []):
+        if isinstance(item, str):
+            name, sep, count = item.partition(":")
+            if sep and not count.isdigit():
+                lowering.diagnostics.append(error(
+                    "P0203", f"`{item}` is not `TYPE` or `TYPE:COUNT`", item_node.span,
+                    "expected e.g. \"A100:16\""))
+                continue
+            out.append({"type": name.strip(), "count": int(count) if sep else None})
+        else:
+            out.append(item)
+    return out
+
+
+def _schedules(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+RETRY = Blk({
+    "attempts": Attr(), "preemptions": Attr(), "backoff": Attr(), "backoff_factor": Attr(),
+    "max_backoff": Attr(), "gpu_oom": Attr(),
+    "on_oom": Blk({"memory": Attr()}),
+})
+RESOURCES = Blk({
+    "cpu": Attr(), "memory": Attr(), "ephemeral_storage": Attr(), "shm": Attr(),
+    "gpu": Blk({"count": Attr(), "types": Attr(_gpu_types), "fallback_after": Attr()}),
+})
+STAGE_SCHEMA: dict[str, Attr | Blk | Map] = {
+    "image": Attr(), "command": Attr(), "script": Attr(), "args": Attr(), "workdir": Attr(),
+    "env": Map(), "inputs": Map(), "outputs": Map(), "needs": Attr(_needs),
+    "resources": RESOURCES,
+    "interruptible": Attr(), "last_attempt_on_demand": Attr(),
+    "retry": RETRY,
+    "cache": Blk({"version": Attr(), "max_age": Attr()}, flag=True),
+    "checkpoint": Blk({"path": Attr(), "keep": Attr(), "scope": Attr()}, flag=True),
+    "timeout": Attr(),
+    "distributed": Blk({"replicas": Attr(), "procs_per_node": Attr(), "launcher": Attr(),
+                        "max_restarts": Attr(), "restart_on_maintenance": Attr()}),
+    "labels": Map(), "annotations": Map(),
+}
+#: Per-stage graph structure cannot come from ``defaults``.
+NOT_IN_DEFAULTS = ("needs", "inputs", "outputs")
+PIPELINE_SCHEMA: dict[str, Attr | Blk | Map] = {
+    "namespace": Attr(), "storage": Attr(), "storage_secret": Attr(),
+    "service_account": Attr(), "schedule": Attr(_schedules, target=("schedules",)),
+    "timezone": Attr(), "kind": Attr(), "labels": Map(), "annotations": Map(),
+    "profile": Attr(target=("cluster", "profile")),
+    "cluster": Blk({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
+                    "spot_selector": Map(), "on_demand_selector": Map()}),
+}
+
+
+@dataclass
+class Lowering:
+    """The result: data for ``Pipeline.model_validate``, its source map, and diagnostics."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    source_map: SourceMap = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    # -- values ---------------------------------------------------------------------------
+
+    def value(self, node: st.Value, loc: Loc) -> Any:
+        self.source_map[loc] = node.span
+        if isinstance(node, st.StrValue):
+            if node.heredoc:
+                return node.parts[0] if node.parts else ""
+            parts: list[str | Ref] = [
+                p if isinstance(p, str) else Ref(path=p.path) for p in node.parts
+            ]
+            for i, part in enumerate(node.parts):
+                if isinstance(part, st.RefValue):
+                    self.source_map[(*loc, "<ref>", i)] = part.span
+            return simplify_text(parts)
+        if isinstance(node, st.NumberValue):
+            return node.value
+        if isinstance(node, st.UnitValue):
+            return node.raw
+        if isinstance(node, st.BoolValue):
+            return node.value
+        if isinstance(node, st.RefValue):
+            return Ref(path=node.path)
+        if isinstance(node, st.ListValue):
+            return [self.value(item, (*loc, i)) for i, item in enumerate(node.items)]
+        if isinstance(node, st.CallValue):
+            return self.call(node, loc)
+        raise TypeError(node)  # pragma: no cover - Value is closed
+
+    def call(self, node: st.CallValue, loc: Loc) -> Any:
+        if node.name != "secret":
+            self.diagnostics.append(error(
+                "P0208", f"unknown function `{node.name}`", node.name_span, "not a function",
+                help=did_you_mean(node.name, ["secret"]) or "the only function is `secret`"))
+            return None
+        args = [a for a in node.args]
+        if len(args) != 2 or not all(isinstance(a, st.StrValue) and not a.heredoc
+                                     and all(isinstance(p, str) for p in a.parts) for a in args):
+            self.diagnostics.append(error(
+                "P0203", "`secret` takes two strings: the Secret's name and the key",
+                node.span, "expected secret(\"name\", \"key\")"))
+            return None
+        name, key = (a.text for a in args if isinstance(a, st.StrValue))
+        return Secret(name=name, key=key)
+
+    # -- blocks ---------------------------------------------------------------------------
+
+    def members(self, block: st.Block, schema: dict[str, Attr | Blk | Map], loc: Loc,
+                forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        seen: dict[str, st.Attribute | st.Block] = {}
+        for member in block.members:
+            name = member.key if isinstance(member, st.Attribute) else member.name
+            name_span = member.key_span if isinstance(member, st.Attribute) else member.name_span
+            if name in seen:
+                first = seen[name]
+                first_span = first.key_span if isinstance(first, st.Attribute) else first.name_span
+                self.diagnostics.append(error(
+                    "P0109", f"`{name}` is set twice", name_span, "set again here",
+                    extra=(Label(first_span, "first set here"),), help="keep one of them"))
+                continue
+            seen[name] = member
+            kind = schema.get(name)
+            if kind is None or name in forbidden:
+                self._unknown(name, name_span, block, schema, forbidden)
+                continue
+            target = kind.target or (name,)
+            sub_loc = (*loc, *target)
+            self.source_map[(*sub_loc, KEY)] = name_span
+            value = self.member(member, kind, sub_loc)
+            if value is _INVALID:
+                continue
+            _set_path(out, target, value)
+        return out
+
+    def member(self, member: st.Attribute | st.Block, kind: Attr | Blk | Map, loc: Loc) -> Any:
+        name_span = member.key_span if isinstance(member, st.Attribute) else member.name_span
+        if isinstance(kind, Attr):
+            if isinstance(member, st.Block):
+                self.diagnostics.append(error(
+                    "P0203", f"`{member.name}` is an attribute, not a block", member.name_span,
+                    "expected `=` and a value", help=f"write `{member.name} = ...`"))
+                return _INVALID
+            value = self.value(member.value, loc)
+            return kind.convert(value, member.value, self, loc) if kind.convert else value
+        if isinstance(member, st.Attribute):
+            if isinstance(kind, Blk) and kind.flag and isinstance(member.value, st.BoolValue):
+                self.source_map[loc] = member.value.span
+                return {} if member.value.value else None
+            what = "block" if isinstance(kind, Blk) else "block of `key = value` pairs"
+            self.diagnostics.append(error(
+                "P0203", f"`{member.key}` is a {what}", member.value.span,
+                "expected `{ ... }`",
+                help=f"write `{member.key} {{ ... }}`"
+                + (f" or `{member.key} = true`" if isinstance(kind, Blk) and kind.flag else "")))
+            return _INVALID
+        self.source_map[loc] = name_span
+        if isinstance(kind, Blk):
+            return self.members(member, kind.schema, loc)
+        entries: dict[str, Any] = {}
+        for entry in member.members:
+            if isinstance(entry, st.Block):
+                self.diagnostics.append(error(
+                    "P0203", f"`{member.name}` holds `key = value` pairs, not blocks",
+                    entry.name_span, "a nested block", help=f"write `{entry.name} = ...`"))
+                continue
+            if entry.key in entries:
+                self.diagnostics.append(error(
+                    "P0109", f"`{entry.key}` is set twice in `{member.name}`", entry.key_span,
+                    "set again here", help="keep one of them"))
+                continue
+            self.source_map[(*loc, entry.key, KEY)] = entry.key_span
+            entries[entry.key] = self.value(entry.value, (*loc, entry.key))
+        return entries
+
+    def _unknown(self, name: str, span: Span, block: st.Block,
+                 schema: dict[str, Attr | Blk | Map], forbidden: tuple[str, ...]) -> None:
+        if name in forbidden:
+            self.diagnostics.append(error(
+                "P0209", f"`{name}` cannot be set in `defaults`", span, "per-stage only",
+                help=f"move `{name}` into the stages that need it"))
+            return
+        where = f"`{block.name}`" + (f' "{block.label.text}"' if block.label else "")
+        choices = [k for k in schema if k not in forbidden]
+        self.diagnostics.append(error(
+            "P0201", f"unknown attribute `{name}` in {where}", span, "unknown here",
+            help=did_you_mean(name, choices) or f"allowed here: {', '.join(sorted(choices))}"))
+
+
+_INVALID = object()
+
+
+def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    target[path[-1]] = value
+
+
+def merge_defaults(defaults: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
+    """The one merge rule: blocks and maps merge key by key, recursively; any other value
+    (scalar or list) set in the stage replaces the default."""
+    merged = copy.deepcopy(defaults)
+    for key, value in stage.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_defaults(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _fill_gpu_counts(stage: dict[str, Any]) -> None:
+    gpu = stage.get("resources", {}).get("gpu") if isinstance(stage.get("resources"), dict) \
+        else None
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("types"), list):
+        return
+    count = gpu.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        count = 1  # the invalid count itself is reported once, at `count`
+    for choice in gpu["types"]:
+        if isinstance(choice, dict) and choice.get("count") is None:
+            choice["count"] = count
+
+
+def finish_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    """Normalisations shared by the text front end and the builder, after the merge."""
+    _fill_gpu_counts(stage)
+    return stage
+
+
+def lower(file: st.File) -> Lowering:
+    low = Lowering()
+    source = file.source
+    pipelines = [i for i in file.items if isinstance(i, st.Block) and i.name == "pipeline"]
+    params_blocks = [i for i in file.items if isinstance(i, st.ParamsBlock)]
+    defaults_blocks = [i for i in file.items if isinstance(i, st.Block) and i.name == "defaults"]
+    stages = [i for i in file.items if isinstance(i, st.Block) and i.name == "stage"]
+
+    for extra in pipelines[1:] + defaults_blocks[1:]:
+        low.diagnostics.append(error(
+            "P0207", f"a file has one `{extra.name}` block", extra.name_span, "a second one",
+            help="merge it into the first"))
+    for extra_params in params_blocks[1:]:
+        low.diagnostics.append(error(
+            "P0207", "a file has one `params` block", extra_params.name_span, "a second one",
+            help="merge it into the first"))
+
+    data = low.data
+    if not pipelines:
+        low.diagnostics.append(error(
+            "P0202", "missing the `pipeline \"name\" { }` block", Span(source, 0, 0),
+            "expected a pipeline block", help='start the file with `pipeline "my-pipeline" { }`'))
+        data["name"] = "unnamed"
+    else:
+        pipe = pipelines[0]
+        data["name"] = pipe.label.text if pipe.label else ""
+        if pipe.label:
+            low.source_map[("name",)] = pipe.label.span
+        low.source_map[()] = pipe.name_span
+        data.update(low.members(pipe, PIPELINE_SCHEMA, ()))
+
+    params: list[dict[str, Any]] = []
+    for block in params_blocks[:1]:
+        for i, decl in enumerate(block.params):
+            loc: Loc = ("params", i)
+            low.source_map[loc] = decl.name_span
+            low.source_map[(*loc, "name")] = decl.name_span
+            low.source_map[(*loc, "type")] = decl.type_span
+            entry: dict[str, Any] = {"name": decl.name, "type": decl.type}
+            if decl.default is not None:
+                entry["default"] = low.value(decl.default, (*loc, "default"))
+            params.append(entry)
+    data["params"] = params
+
+    defaults: dict[str, Any] = {}
+    defaults_map: SourceMap = {}
+    if defaults_blocks:
+        sub = Lowering(diagnostics=low.diagnostics)
+        defaults = sub.members(defaults_blocks[0], STAGE_SCHEMA, (), forbidden=NOT_IN_DEFAULTS)
+        defaults_map = sub.source_map
+
+    stage_data = []
+    for i, block in enumerate(stages):
+        loc = ("stages", i)
+        low.source_map[loc] = block.label.span if block.label else block.name_span
+        low.source_map[(*loc, "name")] = low.source_map[loc]
+        own = low.members(block, STAGE_SCHEMA, loc)
+        for key, span in defaults_map.items():
+            low.source_map.setdefault((*loc, *key), span)
+        merged = merge_defaults(defaults, own)
+        merged["name"] = block.label.text if block.label else ""
+        stage_data.append(finish_stage(merged))
+    data["stages"] = stage_data
+    return low

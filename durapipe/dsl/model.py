@@ -1,0 +1,294 @@
+"""The validated pipeline model: what a ``.pipe`` file and the Python builder both produce.
+
+Every model is frozen and forbids unknown fields, so two sources that mean the same pipeline
+build *equal* models (the builder-twin tests rely on that).  Quantities are canonical integers
+(bytes, millicores, seconds); source positions are kept apart, in a ``SourceMap`` keyed like
+pydantic's error ``loc`` tuples, so they never affect equality.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic_core import PydanticCustomError
+
+from durapipe.dsl import units
+
+
+def _unit_validator(parse: Any, error_type: str) -> BeforeValidator:
+    def validate(value: object) -> int:
+        try:
+            return int(parse(value))
+        except units.UnitError as exc:
+            raise PydanticCustomError(error_type, str(exc)) from None
+
+    return BeforeValidator(validate)
+
+
+#: Memory and storage sizes, in bytes.
+Bytes = Annotated[int, _unit_validator(units.parse_bytes, "bad_quantity"), Field(ge=0)]
+#: CPU amounts, in millicores.
+MilliCpu = Annotated[int, _unit_validator(units.parse_millicpu, "bad_quantity"), Field(gt=0)]
+#: Durations, in whole seconds.
+Seconds = Annotated[int, _unit_validator(units.parse_seconds, "bad_duration"), Field(ge=0)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+class Ref(_Frozen):
+    """A reference: ``params.epochs``, ``prep.outputs.data`` or a bare stage name ``train``."""
+
+    path: tuple[str, ...]
+
+    @property
+    def is_param(self) -> bool:
+        return len(self.path) == 2 and self.path[0] == "params"
+
+    @property
+    def is_output(self) -> bool:
+        return len(self.path) == 3 and self.path[1] == "outputs"
+
+    @property
+    def stage(self) -> str | None:
+        """The stage this reference depends on, if any."""
+        if self.is_param:
+            return None
+        return self.path[0]
+
+    def __str__(self) -> str:
+        return ".".join(self.path)
+
+
+class Interp(_Frozen):
+    """A string with ``${...}`` interpolations: literal text and references, in order."""
+
+    parts: tuple[Union[str, Ref], ...]
+
+    def __str__(self) -> str:
+        return "".join(p if isinstance(p, str) else "${" + str(p) + "}" for p in self.parts)
+
+
+class Secret(_Frozen):
+    """``secret("name", "key")``: a Kubernetes Secret key, never an inline value."""
+
+    name: str
+    key: str
+
+
+#: A command argument or string value that may refer to params and outputs.
+Text = Union[str, Ref, Interp]
+#: An environment value: text or a secret.
+EnvValue = Union[str, Ref, Interp, Secret]
+
+
+def simplify_text(parts: list[str | Ref]) -> Text:
+    """Canonical form of interpolated text: merged literals; one bare ref stays a ``Ref``."""
+    merged: list[str | Ref] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] = merged[-1] + part
+        elif part != "":
+            merged.append(part)
+    if not merged:
+        return ""
+    if len(merged) == 1:
+        return merged[0]
+    return Interp(parts=tuple(merged))
+
+
+# -- params -----------------------------------------------------------------------------------
+
+ParamType = Literal["str", "int", "float", "bool"]
+ParamValue = Union[bool, int, float, str]
+
+
+class Param(_Frozen):
+    """A typed pipeline parameter, overridable at submit time."""
+
+    name: str
+    type: ParamType
+    default: ParamValue | None = None
+    description: str | None = None
+
+
+# -- stage settings ---------------------------------------------------------------------------
+
+
+class GpuChoice(_Frozen):
+    """One GPU type in the fallback order, with the count to request on it."""
+
+    type: str
+    count: int = Field(ge=1)
+
+
+class Gpu(_Frozen):
+    """GPU request: a count and an ordered list of acceptable types."""
+
+    count: int = Field(default=1, ge=1)
+    #: In order of preference.  Entries may override the count (``"A100:16"``).
+    types: tuple[GpuChoice, ...] = ()
+    #: Longest time to wait for capacity of one type before falling back to the next.
+    fallback_after: Seconds | None = None
+
+
+class Resources(_Frozen):
+    cpu: MilliCpu | None = None
+    memory: Bytes | None = None
+    ephemeral_storage: Bytes | None = None
+    shm: Bytes | None = None
+    gpu: Gpu | None = None
+
+
+class OnOom(_Frozen):
+    """The OOM memory ladder: each out-of-memory kill moves to the next, larger size."""
+
+    memory: tuple[Bytes, ...] = Field(min_length=1)
+
+
+class Retry(_Frozen):
+    """Separate retry budgets: application failures, preemptions and the OOM ladder."""
+
+    #: Retries after an application failure (non-zero exit that is not OOM or preemption).
+    attempts: int = Field(default=0, ge=0, le=100)
+    #: Retries after a preemption (spot reclaim, node shutdown, eviction, pod deletion).
+    preemptions: int = Field(default=3, ge=0, le=100)
+    backoff: Seconds | None = None
+    backoff_factor: int = Field(default=2, ge=1, le=10)
+    max_backoff: Seconds | None = None
+    on_oom: OnOom | None = None
+    #: CUDA out-of-memory: "fail" at once, or "retry" spending the application budget.
+    gpu_oom: Literal["fail", "retry"] = "fail"
+
+
+class Cache(_Frozen):
+    """Result caching.  Off unless a ``cache`` block (or ``cache = true``) is present."""
+
+    #: Salt: bump it to invalidate every cached result of the stage.
+    version: str = ""
+    max_age: Seconds | None = None
+
+
+class Checkpoint(_Frozen):
+    """Intra-task checkpointing through the runtime's store (``checkpoint = true`` or a block)."""
+
+    path: str = "/var/run/durapipe/checkpoint"
+    keep: int = Field(default=3, ge=1, le=1000)
+    #: "run": this run only; "pipeline": later runs of the same pipeline resume from it too.
+    scope: Literal["run", "pipeline"] = "run"
+
+
+class Distributed(_Frozen):
+    """Multi-node training: ``replicas`` nodes x ``procs_per_node`` processes."""
+
+    replicas: int = Field(ge=1, le=10000)
+    procs_per_node: int = Field(default=1, ge=1, le=64)
+    launcher: Literal["torchrun"] = "torchrun"
+    max_restarts: int = Field(default=0, ge=0, le=1000)
+    #: Restarts caused by host maintenance or preemption do not spend ``max_restarts``.
+    restart_on_maintenance: bool = True
+
+
+class Stage(_Frozen):
+    name: str
+    image: str
+    command: tuple[Text, ...] | None = None
+    script: str | None = None
+    args: tuple[Text, ...] = ()
+    env: dict[str, EnvValue] = Field(default_factory=dict)
+    workdir: str | None = None
+    inputs: dict[str, Ref] = Field(default_factory=dict)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    needs: tuple[str, ...] = ()
+    resources: Resources = Resources()
+    interruptible: bool = False
+    #: Run the last attempt on on-demand capacity (only with ``interruptible``).
+    last_attempt_on_demand: bool = False
+    retry: Retry = Retry()
+    cache: Cache | None = None
+    checkpoint: Checkpoint | None = None
+    #: Longest runtime of one attempt.
+    timeout: Seconds | None = None
+    distributed: Distributed | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    def references(self) -> list[Ref]:
+        """Every reference the stage makes, in a stable order."""
+        found: list[Ref] = []
+
+        def visit(value: object) -> None:
+            if isinstance(value, Ref):
+                found.append(value)
+            elif isinstance(value, Interp):
+                found.extend(p for p in value.parts if isinstance(p, Ref))
+
+        for item in (*(self.command or ()), *self.args, *self.env.values(), *self.inputs.values()):
+            visit(item)
+        return found
+
+    def upstream(self) -> tuple[str, ...]:
+        """Stages this one depends on: data edges first, then ``needs``, without repeats."""
+        names: list[str] = []
+        for ref in self.references():
+            if ref.stage is not None and ref.stage not in names:
+                names.append(ref.stage)
+        for name in self.needs:
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+
+OutputKind = Literal["workflow", "template", "cron"]
+Profile = Literal["generic", "gke", "eks", "karpenter", "aks"]
+
+
+class Cluster(_Frozen):
+    """How this cluster labels spot capacity and GPU types; presets come from ``profile``."""
+
+    profile: Profile = "generic"
+    #: The extended resource name for GPUs.
+    gpu_resource: str = "nvidia.com/gpu"
+    #: Node label that carries the GPU type; defaults to the profile's.
+    gpu_label: str | None = None
+    #: GPU type -> label value, overriding or extending the profile's catalogue.
+    gpu_products: dict[str, str] = Field(default_factory=dict)
+    #: Node labels that select spot capacity, overriding the profile's.
+    spot_selector: dict[str, str] = Field(default_factory=dict)
+    #: Node labels that select on-demand capacity, overriding the profile's.
+    on_demand_selector: dict[str, str] = Field(default_factory=dict)
+
+
+class Pipeline(_Frozen):
+    name: str
+    namespace: str | None = None
+    #: Root URI for checkpoints and cache data (``s3://bucket/prefix``, ``file:///...``).
+    storage: str | None = None
+    #: Secret holding store credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY style keys).
+    storage_secret: str | None = None
+    service_account: str | None = None
+    schedules: tuple[str, ...] = ()
+    timezone: str | None = None
+    kind: OutputKind = "workflow"
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    cluster: Cluster = Cluster()
+    params: tuple[Param, ...] = ()
+    stages: tuple[Stage, ...] = ()
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def param(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        raise KeyError(name)

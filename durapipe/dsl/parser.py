@@ -1,0 +1,541 @@
+"""Text -> syntax tree, with diagnostics.
+
+The lark LALR parser is built once per process.  Syntax errors do not stop parsing: an error
+handler *repairs* the common mistakes (``:`` for ``=``, a missing ``=``, a comma between
+attributes, an unclosed block) by feeding the tokens that were meant, so one mistake gives one
+diagnostic and the rest of the file is still checked.  Every lark exception is translated here;
+none escapes this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from durapipe import grammars
+from durapipe.dsl import syntax as st
+from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
+from durapipe.dsl.source import Source, Span
+
+MAX_INPUT_CHARS = 16 * 1024 * 1024
+MAX_NESTING = 64
+MAX_SYNTAX_ERRORS = 50
+
+TOP_LEVEL_KEYWORDS = ("PIPELINE", "STAGE", "PARAMS", "DEFAULTS")
+_VALUE_STARTS = {"STRING", "SQ_STRING", "OPEN_STRING", "HEREDOC", "NUMBER", "UNIT_NUMBER",
+                 "TRUE", "FALSE", "LSQB"}
+_TOKEN_WORDS = {
+    "LBRACE": "`{`", "RBRACE": "`}`", "LSQB": "`[`", "RSQB": "`]`", "LPAR": "`(`", "RPAR": "`)`",
+    "EQUAL": "`=`", "COLON": "`:`", "COMMA": "`,`", "DOT": "`.`", "NAME": "a name",
+    "STRING": "a string", "SQ_STRING": "a single-quoted string", "OPEN_STRING": "a string",
+    "HEREDOC": "a heredoc", "NUMBER": "a number", "UNIT_NUMBER": "a unit literal",
+    "TRUE": "`true`", "FALSE": "`false`", "PIPELINE": "`pipeline`", "STAGE": "`stage`",
+    "PARAMS": "`params`", "DEFAULTS": "`defaults`", "$END": "end of file",
+}
+
+
+class _Skipper:
+    """Post-lexer that can drop the tokens of a block the parser cannot make sense of."""
+
+    always_accept: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.skipping = False
+
+    def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
+        depth = 0
+        for token in stream:
+            if not self.skipping:
+                yield token
+                continue
+            if token.type == "LBRACE":
+                depth += 1
+            elif token.type == "RBRACE":
+                depth -= 1
+                if depth <= 0:
+                    self.skipping, depth = False, 0
+                continue
+            elif depth == 0 and token.type in TOP_LEVEL_KEYWORDS:
+                self.skipping = False
+                yield token
+                continue
+
+
+@dataclass
+class _ParseState:
+    source: Source
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    comments: list[st.Comment] = field(default_factory=list)
+    last_generic_line: int = -1
+    last_char_error_end: int = -1
+    unterminated_heredoc: bool = False
+
+
+class _Holder:
+    """The parse in progress; lark's callbacks are bound once, when the parser is built."""
+
+    state: _ParseState | None = None
+    skipper = _Skipper()
+
+
+def _collect_comment(token: lark.Token) -> lark.Token:
+    state = _Holder.state
+    if state is not None:
+        state.comments.append(
+            st.Comment(Span(state.source, token.start_pos or 0, token.end_pos or 0), str(token))
+        )
+    return token
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    return lark.Lark(
+        grammars.read(),
+        parser="lalr",
+        lexer="contextual",
+        propagate_positions=False,
+        maybe_placeholders=False,
+        postlex=_Holder.skipper,
+        lexer_callbacks={"COMMENT": _collect_comment},
+    )
+
+
+def parse(source: Source) -> tuple[st.File | None, list[Diagnostic]]:
+    """Parse ``source`` into a syntax tree; ``None`` only when nothing usable could be built."""
+    pre = _precheck(source)
+    if pre is not None:
+        return None, [pre]
+    state = _ParseState(source)
+    _Holder.state = state
+    _Holder.skipper.skipping = False
+    try:
+        tree = _parser().parse(source.text, on_error=lambda e: _recover(e, state))
+    except UnexpectedInput as exc:
+        if len(state.diagnostics) < MAX_SYNTAX_ERRORS:
+            state.diagnostics.append(_generic(exc, state))
+        return None, state.diagnostics
+    finally:
+        _Holder.state = None
+        _Holder.skipper.skipping = False
+    builder = _TreeBuilder(state)
+    file = builder.file(tree)
+    return file, state.diagnostics
+
+
+# -- pre-checks -------------------------------------------------------------------------------
+
+
+def _precheck(source: Source) -> Diagnostic | None:
+    text = source.text
+    if len(text) > MAX_INPUT_CHARS:
+        return error("P0003", f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}",
+                     Span(source, 0, 0), help="split the pipeline into smaller files")
+    nul = text.find("\x00")
+    if nul != -1:
+        return error("P0002", "input contains NUL bytes; is this a binary file?",
+                     Span(source, nul, nul + 1), "NUL byte")
+    depth = 0
+    for match in re.finditer(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|[{\[(]|[}\])]', text):
+        token = match.group()
+        if token in "{[(":
+            depth += 1
+            if depth > MAX_NESTING:
+                return error("P0003", f"blocks and lists are nested more than {MAX_NESTING} deep",
+                             Span(source, match.start(), match.end()), "too deep here",
+                             help="flatten the structure; no real pipeline nests this deep")
+        elif token in "}])":
+            depth = max(0, depth - 1)
+    return None
+
+
+# -- error recovery ---------------------------------------------------------------------------
+
+
+def _span_of(token: lark.Token, source: Source) -> Span:
+    start = token.start_pos if token.start_pos is not None else len(source.text)
+    end = token.end_pos if token.end_pos is not None else start
+    return Span(source, start, max(end, start))
+
+
+def _describe(token: lark.Token) -> str:
+    if token.type == "$END":
+        return "end of file"
+    if token.type in ("NAME", "NUMBER", "UNIT_NUMBER"):
+        return f"`{token}`"
+    return _TOKEN_WORDS.get(token.type, f"`{token}`")
+
+
+def _expected(accepts: set[str]) -> str:
+    words = sorted({_TOKEN_WORDS.get(a, a) for a in accepts if not a.startswith("__")})
+    return ", ".join(words)
+
+
+def _innermost_open_brace(ip: Any) -> lark.Token | None:
+    for value in reversed(ip.parser_state.value_stack):
+        if isinstance(value, lark.Token) and value.type == "LBRACE":
+            return value
+    return None
+
+
+def _close_open_blocks(ip: Any, until: set[str]) -> None:
+    for _ in range(MAX_NESTING + 2):
+        if ip.accepts() & until or "RBRACE" not in ip.accepts():
+            return
+        ip.feed_token(lark.Token("RBRACE", "}"))
+
+
+def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
+    """Report ``exc`` and repair the token stream; ``False`` gives up on the file."""
+    if len(state.diagnostics) >= MAX_SYNTAX_ERRORS:
+        return False
+    source = state.source
+    if isinstance(exc, UnexpectedCharacters):
+        return _recover_characters(exc, state)
+    if not isinstance(exc, UnexpectedToken):
+        return False
+    token, ip = exc.token, exc.interactive_parser
+    accepts: set[str] = set(exc.accepts or exc.expected)
+    span = _span_of(token, source)
+    diags = state.diagnostics
+
+    if token.type == "$END":
+        brace = _innermost_open_brace(ip)
+        if "RBRACE" in accepts and brace is not None:
+            if not state.unterminated_heredoc:
+                diags.append(error(
+                    "P0103", "unclosed block: this `{` has no matching `}`",
+                    _span_of(brace, source), "this `{` is never closed",
+                    extra=(Label(span, "the file ends here"),),
+                    help="add `}` at the end of the block"))
+            _close_open_blocks(ip, {"$END"})
+            return True
+        return False
+
+    if token.type in TOP_LEVEL_KEYWORDS and "RBRACE" in accepts:
+        brace = _innermost_open_brace(ip)
+        if brace is not None:
+            diags.append(error(
+                "P0103", "unclosed block: this `{` has no matching `}`",
+                _span_of(brace, source), "this `{` is never closed",
+                extra=(Label(span, f"a new `{token}` block starts here"),),
+                help=f"add `}}` before line {span.line}"))
+        _close_open_blocks(ip, set(TOP_LEVEL_KEYWORDS))
+        ip.feed_token(token)
+        return True
+
+    if token.type == "COLON" and "EQUAL" in accepts:
+        diags.append(error("P0101", "expected `=` after the attribute name, found `:`", span,
+                           "use `=` here", help="attributes are written `name = value`; "
+                           "only `params` declarations use `name: type`"))
+        ip.feed_token(lark.Token("EQUAL", "="))
+        return True
+
+    if token.type in _VALUE_STARTS and "EQUAL" in accepts:
+        diags.append(error("P0102", f"missing `=` before {_describe(token)}", span,
+                           "expected `=` before this value",
+                           help="attributes are written `name = value`"))
+        ip.feed_token(lark.Token("EQUAL", "="))
+        ip.feed_token(token)
+        return True
+
+    if token.type == "COMMA" and "RBRACE" in accepts and "RSQB" not in accepts:
+        diags.append(error("P0104", "commas do not separate attributes", span, "remove this `,`",
+                           help="put attributes on separate lines, or separate them with spaces"))
+        return True
+
+    if token.type == "NAME" and "STAGE" in accepts:
+        hint = did_you_mean(str(token), ["pipeline", "stage", "params", "defaults"])
+        diags.append(error(
+            "P0207", f"unknown top-level block `{token}`", span, "not a top-level block",
+            help=hint or "a file holds `pipeline`, `params`, `defaults` and `stage` blocks"))
+        _Holder.skipper.skipping = True
+        return True
+
+    if token.type == "EQUAL" and "COLON" in accepts:
+        diags.append(error("P0100", "a param is declared `name: type = default`", span,
+                           "expected `:` and a type", help="for example `epochs: int = 3`"))
+        _Holder.skipper.skipping = True
+        _close_open_blocks(ip, set(TOP_LEVEL_KEYWORDS) | {"$END"})
+        return True
+
+    if span.line != state.last_generic_line:
+        diags.append(_generic(exc, state))
+    state.last_generic_line = span.line
+    return True
+
+
+def _recover_characters(exc: UnexpectedCharacters, state: _ParseState) -> bool:
+    source = state.source
+    pos = exc.pos_in_stream
+    char = source.text[pos] if pos < len(source.text) else ""
+    if pos == state.last_char_error_end and state.diagnostics:
+        # Extend the previous diagnostic over a run of junk rather than report each byte.
+        last = state.diagnostics[-1]
+        first = last.labels[0]
+        state.diagnostics[-1] = Diagnostic(
+            last.code, last.message, (Label(Span(source, first.span.start, pos + 1),
+                                            first.message),), last.help, last.notes)
+        state.last_char_error_end = pos + 1
+        return True
+    span = Span(source, pos, pos + 1)
+    if source.text.startswith("<<", pos):
+        state.unterminated_heredoc = True
+        state.diagnostics.append(error(
+            "P0107", "unterminated heredoc", Span(source, pos, source.text.find("\n", pos)
+                                                  if "\n" in source.text[pos:] else pos + 2),
+            "this heredoc has no closing tag",
+            help="end it with a line holding only its tag, e.g. `EOT`"))
+        return False
+    printable = char if char.isprintable() else f"U+{ord(char):04X}" if char else "?"
+    state.diagnostics.append(error(
+        "P0106", f"unexpected character `{printable}`", span, "not valid here",
+        help="remove it" + ("; statements need no `;`" if char == ";" else "")))
+    state.last_char_error_end = pos + 1
+    return True
+
+
+def _generic(exc: UnexpectedInput, state: _ParseState) -> Diagnostic:
+    source = state.source
+    if isinstance(exc, UnexpectedToken):
+        span = _span_of(exc.token, source)
+        accepts = set(exc.accepts or exc.expected)
+        return error("P0100", f"unexpected {_describe(exc.token)}", span, "not expected here",
+                     help=f"expected one of: {_expected(accepts)}")
+    pos = getattr(exc, "pos_in_stream", None) or len(source.text)
+    return error("P0100", "syntax error", Span(source, pos, pos + 1), "here")
+
+
+# -- tree -> syntax nodes ---------------------------------------------------------------------
+
+_ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
+_REF_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+
+
+class _TreeBuilder:
+    def __init__(self, state: _ParseState):
+        self.state = state
+        self.source = state.source
+
+    def span(self, start: int, end: int) -> Span:
+        return Span(self.source, start, end)
+
+    def tok_span(self, token: lark.Token) -> Span:
+        return _span_of(token, self.source)
+
+    def file(self, tree: lark.Tree[lark.Token]) -> st.File:
+        items: list[st.TopLevel] = []
+        for child in tree.children:
+            if not isinstance(child, lark.Tree):
+                continue
+            if child.data == "params":
+                items.append(self.params(child))
+            else:
+                items.append(self.top_block(child))
+        return st.File(self.source, items, sorted(self.state.comments, key=lambda c: c.span.start))
+
+    def _extent(self, node: lark.Tree[lark.Token] | lark.Token) -> tuple[int, int]:
+        """The characters a node covers; tokens invented by error repair have no position."""
+        if isinstance(node, lark.Token):
+            if node.start_pos is None:
+                return -1, -1
+            return node.start_pos, node.end_pos if node.end_pos is not None else node.start_pos
+        starts, ends = [], []
+        for child in node.children:
+            if isinstance(child, (lark.Tree, lark.Token)):
+                s, e = self._extent(child)
+                if s >= 0:
+                    starts.append(s)
+                    ends.append(e)
+        if not starts:
+            return -1, -1
+        return min(starts), max(ends)
+
+    def top_block(self, tree: lark.Tree[lark.Token]) -> st.Block:
+        keyword = tree.children[0]
+        assert isinstance(keyword, lark.Token)
+        label = None
+        rest = tree.children[1:]
+        if rest and isinstance(rest[0], lark.Tree) and rest[0].data == "label":
+            label_value = self.value(rest[0].children[0])
+            if isinstance(label_value, st.StrValue):
+                label = label_value
+            rest = rest[1:]
+        body = rest[0]
+        assert isinstance(body, lark.Tree)
+        block = self.body(str(keyword), self.tok_span(keyword), body, quoted=False)
+        block.label = label
+        block.span = self.span(keyword.start_pos or 0, block.span.end)
+        return block
+
+    def body(self, name: str, name_span: Span, body: lark.Tree[lark.Token],
+             quoted: bool) -> st.Block:
+        tokens = [c for c in body.children if isinstance(c, lark.Token)]
+        open_tok = tokens[0]
+        close = tokens[-1] if len(tokens) > 1 else None
+        end = (close.end_pos if close is not None and close.end_pos is not None
+               else self._extent(body)[1])
+        if end < name_span.end:
+            end = name_span.end
+        block = st.Block(self.span(name_span.start, end), name, name_span,
+                         self.tok_span(open_tok), quoted_key=quoted)
+        for member in body.children:
+            if isinstance(member, lark.Tree):
+                block.members.append(self.member(member))
+        return block
+
+    def key(self, tree: lark.Tree[lark.Token]) -> tuple[str, Span, bool]:
+        token = tree.children[0]
+        assert isinstance(token, lark.Token)
+        if token.type == "STRING":
+            parts = self.string_parts(token)
+            return "".join(p for p in parts if isinstance(p, str)), self.tok_span(token), True
+        return str(token), self.tok_span(token), False
+
+    def member(self, tree: lark.Tree[lark.Token]) -> st.Attribute | st.Block:
+        key_tree = tree.children[0]
+        assert isinstance(key_tree, lark.Tree)
+        name, name_span, quoted = self.key(key_tree)
+        if tree.data == "block":
+            body = tree.children[1]
+            assert isinstance(body, lark.Tree)
+            return self.body(name, name_span, body, quoted)
+        value = self.value(tree.children[2])
+        return st.Attribute(self.span(name_span.start, value.span.end), name, name_span, value,
+                            quoted)
+
+    def params(self, tree: lark.Tree[lark.Token]) -> st.ParamsBlock:
+        keyword = tree.children[0]
+        assert isinstance(keyword, lark.Token)
+        decls = []
+        for child in tree.children:
+            if isinstance(child, lark.Tree) and child.data == "param":
+                name, _colon, type_tok, *rest = child.children
+                assert isinstance(name, lark.Token) and isinstance(type_tok, lark.Token)
+                default = self.value(rest[1]) if len(rest) == 2 else None
+                end = default.span.end if default else (type_tok.end_pos or 0)
+                decls.append(st.ParamDecl(self.span(name.start_pos or 0, end), str(name),
+                                          self.tok_span(name), str(type_tok),
+                                          self.tok_span(type_tok), default))
+        start, end = self._extent(tree)
+        return st.ParamsBlock(self.span(max(start, 0), max(end, 0)), self.tok_span(keyword), decls)
+
+    def value(self, node: lark.Tree[lark.Token] | lark.Token) -> st.Value:
+        if isinstance(node, lark.Token):  # pragma: no cover - every value is a tree
+            raise TypeError(node)
+        kind = node.data
+        children = node.children
+        start, end = self._extent(node)
+        span = self.span(max(start, 0), max(end, 0))
+        first = children[0] if children else None
+        if kind == "string":
+            assert isinstance(first, lark.Token)
+            return st.StrValue(span, self.string_parts(first))
+        if kind == "sq_string":
+            assert isinstance(first, lark.Token)
+            self.state.diagnostics.append(error(
+                "P0105", "strings use double quotes", span, "single-quoted",
+                help=f'write "{str(first)[1:-1]}"'))
+            return st.StrValue(span, [str(first)[1:-1]])
+        if kind == "open_string":
+            assert isinstance(first, lark.Token)
+            self.state.diagnostics.append(error(
+                "P0107", "unterminated string", span, "this string is never closed",
+                help='add the closing `"` on the same line (use a heredoc for multi-line text)'))
+            return st.StrValue(span, [str(first)[1:]])
+        if kind == "heredoc":
+            assert isinstance(first, lark.Token)
+            return self.heredoc(first, span)
+        if kind == "number":
+            raw = str(first)
+            number: int | float = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            return st.NumberValue(span, number, raw)
+        if kind == "unit":
+            return st.UnitValue(span, str(first))
+        if kind in ("true", "false"):
+            return st.BoolValue(span, kind == "true")
+        if kind == "list":
+            items = [self.value(c) for c in children if isinstance(c, lark.Tree)]
+            return st.ListValue(span, items)
+        if kind == "call":
+            assert isinstance(first, lark.Token)
+            args = [self.value(c) for c in children if isinstance(c, lark.Tree)]
+            return st.CallValue(span, str(first), self.tok_span(first), args)
+        if kind == "ref":
+            path = tuple(str(c) for c in children
+                         if isinstance(c, lark.Token) and c.type == "NAME")
+            return st.RefValue(span, path)
+        raise TypeError(f"unknown value node {kind}")  # pragma: no cover - grammar is closed
+
+    def heredoc(self, token: lark.Token, span: Span) -> st.StrValue:
+        text = str(token)
+        header, _, rest = text.partition("\n")
+        indented = header.startswith("<<-")
+        tag = header[3:].strip() if indented else header[2:].strip()
+        lines = rest.split("\n")[:-1]  # the last line holds the closing tag
+        if indented:
+            widths = [len(ln) - len(ln.lstrip(" \t")) for ln in lines if ln.strip()]
+            cut = min(widths, default=0)
+            lines = [ln[cut:] for ln in lines]
+        body = "".join(ln + "\n" for ln in lines)
+        return st.StrValue(span, [body], heredoc=True, tag=("-" if indented else "") + tag)
+
+    def string_parts(self, token: lark.Token) -> list[str | st.RefValue]:
+        """Decode escapes and split ``${ref}`` interpolations of a double-quoted string."""
+        raw = str(token)
+        base = (token.start_pos or 0) + 1
+        inner = raw[1:-1]
+        parts: list[str | st.RefValue] = []
+        buf: list[str] = []
+        i = 0
+        while i < len(inner):
+            ch = inner[i]
+            if ch == "\\":
+                nxt = inner[i + 1] if i + 1 < len(inner) else ""
+                if nxt in _ESCAPES:
+                    buf.append(_ESCAPES[nxt])
+                    i += 2
+                    continue
+                if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", inner[i + 2:i + 6]):
+                    buf.append(chr(int(inner[i + 2:i + 6], 16)))
+                    i += 6
+                    continue
+                self.state.diagnostics.append(error(
+                    "P0110", f"invalid escape sequence `\\{nxt}`",
+                    self.span(base + i, base + i + 2), "not a known escape",
+                    help="write `\\\\` for a backslash"))
+                buf.append(nxt)
+                i += 2
+                continue
+            if inner.startswith("$${", i):
+                buf.append("${")
+                i += 3
+                continue
+            if inner.startswith("${", i):
+                close = inner.find("}", i + 2)
+                body = inner[i + 2:close] if close != -1 else ""
+                span = self.span(base + i, base + (close + 1 if close != -1 else len(inner)))
+                if close == -1 or not _REF_RE.fullmatch(body.strip()):
+                    self.state.diagnostics.append(error(
+                        "P0108", "`${...}` must hold one reference such as `params.lr`",
+                        span, "invalid interpolation",
+                        help="write `$${` for a literal `${`"))
+                    buf.append(inner[i:close + 1] if close != -1 else inner[i:])
+                    i = close + 1 if close != -1 else len(inner)
+                    continue
+                if buf:
+                    parts.append("".join(buf))
+                    buf = []
+                parts.append(st.RefValue(span, tuple(body.strip().split("."))))
+                i = close + 1
+                continue
+            buf.append(ch)
+            i += 1
+        if buf or not parts:
+            parts.append("".join(buf))
+        return parts

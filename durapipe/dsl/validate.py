@@ -1,0 +1,400 @@
+"""Plain data -> checked model: pydantic's type checks, then the language's own rules.
+
+Pydantic errors are translated here into coded diagnostics placed through the source map;
+nothing from pydantic escapes.  Semantic checks run on the model and collect every problem
+rather than stopping at the first.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from durapipe.dsl import catalog
+from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error, warning
+from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
+from durapipe.dsl.source import KEY, SourceMap, Span, lookup
+
+STAGE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,48}[a-z0-9])?$")
+IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CRON_FIELD_RE = re.compile(r"^[\d*/,\-?LW#A-Za-z]+$")
+_CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+
+_RANGE_TYPES = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                "too_short", "too_long"}
+
+
+def _describe_loc(loc: tuple[Any, ...]) -> str:
+    names = [str(p) for p in loc if isinstance(p, str) and p[0].isalpha()]
+    return names[-1] if names else "value"
+
+
+_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
+
+
+def model_from_data(data: dict[str, Any], source_map: SourceMap,
+                    fallback: Span | None) -> tuple[Pipeline | None, list[Diagnostic]]:
+    """Validate plain data into the model, translating pydantic's errors.
+
+    On errors, the model returned is a best-effort one built with the invalid values removed
+    (defaults or placeholders in their place), so the semantic checks can still report the
+    file's other mistakes in the same run; callers must not treat it as valid.
+    """
+    try:
+        return Pipeline.model_validate(data), []
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+    diagnostics = translate_errors(errors, source_map, fallback)
+    repaired = copy.deepcopy(data)
+    for _ in range(4):
+        for err in errors:
+            _drop(repaired, tuple(err["loc"]), err["type"] == "missing")
+        try:
+            return Pipeline.model_validate(repaired), diagnostics
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+    return None, diagnostics
+
+
+def _drop(data: Any, loc: tuple[Any, ...], missing: bool) -> None:
+    """Remove the value at ``loc`` (or the deepest existing prefix), or fill a placeholder."""
+    node = data
+    parents: list[tuple[Any, Any]] = []
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            parents.append((node, part))
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            parents.append((node, part))
+            node = node[part]
+        else:
+            break
+    if missing:
+        name = loc[-1]
+        if isinstance(node, dict) and name in _PLACEHOLDERS:
+            node[name] = _PLACEHOLDERS[name]
+        return
+    if parents:
+        container, key = parents[-1]
+        if isinstance(container, dict):
+            del container[key]
+        else:
+            container.pop(key)
+
+
+def translate_errors(errors: Iterable[Any], source_map: SourceMap,
+                     fallback: Span | None) -> list[Diagnostic]:
+    diagnostics: list[Diagnostic] = []
+    seen: set[tuple[object, ...]] = set()
+    for err in errors:
+        loc = tuple(err["loc"])
+        kind = err["type"]
+        field = _describe_loc(loc)
+        if kind == "missing":
+            span = lookup(source_map, loc[:-1]) or fallback
+            what = f"`{field}`"
+            hint = {"image": "set `image` in the stage or in `defaults`",
+                    "replicas": "set `replicas` to the number of nodes"}.get(field)
+            diag = error("P0202", f"missing required attribute {what}", span,
+                         f"{what} is required here", help=hint or f"add `{field} = ...`")
+            key: tuple[object, ...] = (loc, "missing")
+        else:
+            span = lookup(source_map, loc) or fallback
+            if kind in ("bad_quantity", "bad_duration"):
+                code, message = "P0205", f"`{field}`: {err['msg']}"
+            elif kind in _RANGE_TYPES:
+                code, message = "P0204", f"`{field}` is out of range: {err['msg'].lower()}"
+            elif kind in ("literal_error", "enum"):
+                code, message = "P0206", f"`{field}`: {err['msg'].lower()}"
+            else:
+                code, message = "P0203", f"`{field}` has the wrong type: {err['msg'].lower()}"
+            diag = error(code, message, span, "invalid value")
+            key = (span.sort_key() if span else loc,)
+        if key not in seen:
+            seen.add(key)
+            diagnostics.append(diag)
+    return diagnostics
+
+
+# -- semantic checks --------------------------------------------------------------------------
+
+
+class _Checker:
+    def __init__(self, pipeline: Pipeline, source_map: SourceMap, fallback: Span | None):
+        self.p = pipeline
+        self.sm = source_map
+        self.fallback = fallback
+        self.diags: list[Diagnostic] = []
+
+    def at(self, *loc: Any) -> Span | None:
+        return lookup(self.sm, loc) or self.fallback
+
+    def add(self, diag: Diagnostic) -> None:
+        self.diags.append(diag)
+
+    def run(self) -> list[Diagnostic]:
+        self.names()
+        self.params()
+        stage_index = self.unique_stages()
+        for i, stage in enumerate(self.p.stages):
+            self.stage(i, stage, stage_index)
+        self.cycles(stage_index)
+        self.pipeline_settings()
+        self.unused_params()
+        return self.diags
+
+    def names(self) -> None:
+        if not STAGE_NAME_RE.match(self.p.name):
+            self.add(error("P0305", f'pipeline name "{self.p.name}" is not a valid name',
+                           self.at("name"), "invalid name", help=_name_hint(self.p.name)))
+        for i, stage in enumerate(self.p.stages):
+            if not STAGE_NAME_RE.match(stage.name):
+                self.add(error("P0305", f'stage name "{stage.name}" is not a valid name',
+                               self.at("stages", i, "name"), "invalid name",
+                               help=_name_hint(stage.name)))
+            for out in stage.outputs:
+                if not IDENT_RE.match(out):
+                    self.add(error("P0305", f"output name `{out}` is not an identifier",
+                                   self.at("stages", i, "outputs", out, KEY), "invalid name",
+                                   help="use letters, digits and `_`"))
+
+    def params(self) -> None:
+        seen: dict[str, int] = {}
+        for i, param in enumerate(self.p.params):
+            if param.name in seen:
+                self.add(error("P0304", f"param `{param.name}` is declared twice",
+                               self.at("params", i), "declared again here",
+                               extra=_labels(self.at("params", seen[param.name]),
+                                             "first declared here")))
+            seen.setdefault(param.name, i)
+            default = param.default
+            if default is None:
+                continue
+            ok = {
+                "str": isinstance(default, str),
+                "int": isinstance(default, int) and not isinstance(default, bool),
+                "float": isinstance(default, (int, float)) and not isinstance(default, bool),
+                "bool": isinstance(default, bool),
+            }[param.type]
+            if not ok:
+                self.add(error("P0307", f"default of `{param.name}` is not {_article(param.type)}",
+                               self.at("params", i, "default"), f"expected {_article(param.type)}"))
+
+    def unique_stages(self) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, stage in enumerate(self.p.stages):
+            if stage.name in index:
+                self.add(error("P0303", f'stage "{stage.name}" is defined twice',
+                               self.at("stages", i, "name"), "defined again here",
+                               extra=_labels(self.at("stages", index[stage.name], "name"),
+                                             "first defined here"),
+                               help="rename one of them"))
+                continue
+            index[stage.name] = i
+        return index
+
+    def ref(self, i: int, ref: Ref, loc: tuple[Any, ...], stage_index: dict[str, int]) -> None:
+        span = self.at(*loc)
+        stage = self.p.stages[i]
+        if ref.path[0] == "params":
+            names = [p.name for p in self.p.params]
+            if len(ref.path) != 2 or ref.path[1] not in names:
+                name = ref.path[1] if len(ref.path) > 1 else ""
+                self.add(error("P0301", f"unknown param `{ref}`", span, "no such param",
+                               help=did_you_mean(name, names)
+                               or "declare it in `params { NAME: TYPE = DEFAULT }`"))
+            return
+        target = ref.path[0]
+        if target not in stage_index:
+            self.add(error("P0301", f"unknown stage `{target}` in `{ref}`", span,
+                           "no such stage",
+                           help=did_you_mean(target, list(stage_index) + ["params"])))
+            return
+        if target == stage.name:
+            self.add(error("P0308", f'stage "{stage.name}" refers to its own outputs', span,
+                           "self-reference"))
+            return
+        if len(ref.path) == 1:
+            self.add(error("P0301", f"`{ref}` names a stage; use `{ref}.outputs.NAME`", span,
+                           "a stage, not a value",
+                           help="bare stage names belong in `needs = [...]`"))
+            return
+        outputs = list(self.p.stages[stage_index[target]].outputs)
+        if len(ref.path) != 3 or ref.path[1] != "outputs" or ref.path[2] not in outputs:
+            last = ref.path[-1]
+            self.add(error("P0301", f"unknown output `{ref}`", span, "no such output",
+                           help=did_you_mean(last, outputs)
+                           or (f'stage "{target}" declares outputs: {", ".join(outputs)}'
+                               if outputs else f'stage "{target}" declares no outputs')))
+
+    def stage(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
+        base = ("stages", i)
+        # References, wherever they appear.
+        for field in ("command", "args"):
+            for j, item in enumerate(getattr(stage, field) or ()):
+                self._refs_in(i, item, (*base, field, j), stage_index)
+        for key, value in stage.env.items():
+            self._refs_in(i, value, (*base, "env", key), stage_index)
+        for key, value in stage.inputs.items():
+            self._refs_in(i, value, (*base, "inputs", key), stage_index)
+        for j, name in enumerate(stage.needs):
+            span = self.at(*base, "needs", j)
+            if name not in stage_index:
+                self.add(error("P0301", f"unknown stage `{name}` in `needs`", span,
+                               "no such stage", help=did_you_mean(name, list(stage_index))))
+            elif name == stage.name:
+                self.add(error("P0308", f'stage "{stage.name}" needs itself', span,
+                               "self-reference"))
+        if (stage.command is None) == (stage.script is None):
+            both = stage.command is not None
+            self.add(error("P0306", f'stage "{stage.name}" '
+                           + ("sets both `command` and `script`" if both
+                              else "has neither `command` nor `script`"),
+                           self.at(*base, "script" if both else "name"),
+                           "choose one" if both else "nothing to run",
+                           help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
+        self.resources(i, stage)
+        if stage.last_attempt_on_demand and not stage.interruptible:
+            self.add(error("P0315", "`last_attempt_on_demand` needs `interruptible = true`",
+                           self.at(*base, "last_attempt_on_demand"), "has no effect",
+                           help="set `interruptible = true` or drop this attribute"))
+        if (stage.checkpoint is not None or stage.cache is not None) and not self.p.storage:
+            what = "checkpoint" if stage.checkpoint is not None else "cache"
+            self.add(error("P0317", f'stage "{stage.name}" uses `{what}` but the pipeline has '
+                           "no `storage`", self.at(*base, what), "needs storage",
+                           help='set `storage = "s3://bucket/prefix"` in the pipeline block'))
+        if stage.cache is not None and not stage.outputs:
+            self.add(warning("W0002", f'stage "{stage.name}" is cached but declares no outputs',
+                             self.at(*base, "cache"), "cached"))
+        if stage.distributed is not None:
+            res = stage.resources
+            if res.gpu is None and res.cpu is None:
+                self.add(error("P0318", f'distributed stage "{stage.name}" declares no per-node '
+                               "resources", self.at(*base, "distributed"), "multi-node",
+                               help="set `resources { gpu { count = 8 } }` (per node)"))
+
+    def _refs_in(self, i: int, value: object, loc: tuple[Any, ...],
+                 stage_index: dict[str, int]) -> None:
+        if isinstance(value, Ref):
+            self.ref(i, value, loc, stage_index)
+        elif isinstance(value, Interp):
+            refs = [p for p in value.parts if isinstance(p, Ref)]
+            ref_locs = sorted(k for k in self.sm if k[:len(loc) + 1] == (*loc, "<ref>"))
+            for n, ref in enumerate(refs):
+                sub = ref_locs[n] if n < len(ref_locs) else loc
+                self.ref(i, ref, sub, stage_index)
+
+    def resources(self, i: int, stage: Stage) -> None:
+        base = ("stages", i, "resources")
+        gpu = stage.resources.gpu
+        if gpu is not None:
+            known = catalog.known_gpu_types(self.p.cluster.profile, self.p.cluster.gpu_products)
+            for j, choice in enumerate(gpu.types):
+                if choice.type not in known:
+                    self.add(error(
+                        "P0311", f'unknown GPU type "{choice.type}"',
+                        self.at(*base, "gpu", "types", j), "not in the GPU catalogue",
+                        help=did_you_mean(choice.type, known),
+                        notes=(f"known types for profile `{self.p.cluster.profile}`: "
+                               + ", ".join(known),)))
+            if gpu.fallback_after is not None and len(gpu.types) < 2:
+                self.add(error("P0314", "`fallback_after` needs at least two GPU types",
+                               self.at(*base, "gpu", "fallback_after"), "nothing to fall back to",
+                               help='list them in order: `types = ["H100", "A100"]`'))
+        ladder = stage.retry.on_oom.memory if stage.retry.on_oom else ()
+        for j in range(1, len(ladder)):
+            if ladder[j] <= ladder[j - 1]:
+                self.add(error("P0312", "each OOM memory size must be larger than the one before",
+                               self.at("stages", i, "retry", "on_oom", "memory", j),
+                               "not larger than the previous size"))
+        memory = stage.resources.memory
+        if ladder and memory is not None and memory != ladder[0]:
+            self.add(error("P0313", "`resources.memory` differs from the first OOM rung",
+                           self.at(*base, "memory"), "this size",
+                           extra=_labels(self.at("stages", i, "retry", "on_oom", "memory", 0),
+                                         "first rung"),
+                           help="drop `resources.memory` (the first rung is the memory) "
+                                "or make them equal"))
+
+    def cycles(self, stage_index: dict[str, int]) -> None:
+        graph = {name: [u for u in self.p.stages[i].upstream()
+                        if u in stage_index and u != name]
+                 for name, i in stage_index.items()}
+        state: dict[str, int] = {}
+        reported: set[frozenset[str]] = set()
+        for root in graph:
+            if state.get(root):
+                continue
+            stack: list[tuple[str, int]] = [(root, 0)]
+            path: list[str] = []
+            while stack:
+                node, child = stack.pop()
+                if child == 0:
+                    state[node] = 1
+                    path.append(node)
+                deps = graph[node]
+                if child < len(deps):
+                    stack.append((node, child + 1))
+                    nxt = deps[child]
+                    if state.get(nxt) == 1:
+                        cycle = path[path.index(nxt):]
+                        key = frozenset(cycle)
+                        if key not in reported:
+                            reported.add(key)
+                            self._cycle(cycle + [nxt], stage_index)
+                    elif not state.get(nxt):
+                        stack.append((nxt, 0))
+                else:
+                    state[node] = 2
+                    path.pop()
+
+    def _cycle(self, cycle: list[str], stage_index: dict[str, int]) -> None:
+        first = min(cycle[:-1], key=lambda n: stage_index[n])
+        start = cycle.index(first)
+        ordered = cycle[start:-1] + cycle[:start] + [first]
+        self.add(error("P0302", "dependency cycle: " + " -> ".join(reversed(ordered)),
+                       self.at("stages", stage_index[first], "name"), "part of the cycle",
+                       help="remove one of the references or `needs` entries"))
+
+    def pipeline_settings(self) -> None:
+        for j, schedule in enumerate(self.p.schedules):
+            fields = schedule.split()
+            ok = (schedule.strip() in _CRON_MACROS
+                  or (len(fields) == 5 and all(_CRON_FIELD_RE.match(f) for f in fields)))
+            if not ok:
+                span = lookup(self.sm, ("schedules", j)) or self.at("schedules")
+                self.add(error("P0316", f'invalid cron schedule "{schedule}"', span,
+                               "expected 5 fields", help='e.g. "0 3 * * *" (03:00 daily)'))
+        if self.p.kind == "cron" and not self.p.schedules:
+            self.add(error("P0316", "`kind = \"cron\"` needs a `schedule`", self.at("kind"),
+                           "no schedule", help='add `schedule = "0 3 * * *"`'))
+
+    def unused_params(self) -> None:
+        used = {ref.path[1] for s in self.p.stages for ref in s.references() if ref.is_param}
+        declared: set[str] = set()
+        for i, param in enumerate(self.p.params):
+            if param.name not in used and param.name not in declared:
+                self.add(warning("W0001", f"param `{param.name}` is never used",
+                                 self.at("params", i), "declared here"))
+            declared.add(param.name)
+
+
+def _article(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def _labels(span: Span | None, message: str) -> tuple[Label, ...]:
+    return (Label(span, message),) if span is not None else ()
+
+
+def _name_hint(name: str) -> str:
+    fixed = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50] or "my-stage"
+    return f"use lower-case letters, digits and `-`, at most 50 characters: \"{fixed}\""
+
+
+def check(pipeline: Pipeline, source_map: SourceMap, fallback: Span | None) -> list[Diagnostic]:
+    return _Checker(pipeline, source_map, fallback).run()

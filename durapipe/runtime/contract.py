@@ -1,0 +1,104 @@
+"""The contract between the compiler and the in-pod runtime.
+
+This module is the single source of truth for every name both sides must agree on: environment
+variables the compiled pod sets, exit codes and verdicts the wrapper reports, and the paths of
+the files it writes.  The compiler reads this module and nothing else of ``durapipe.runtime``;
+it must therefore stay standard-library only and free of side effects.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- environment set on every stage container --------------------------------------------------
+ENV_PIPELINE: Final = "DURAPIPE_PIPELINE"
+ENV_STAGE: Final = "DURAPIPE_STAGE"
+ENV_RUN_ID: Final = "DURAPIPE_RUN_ID"
+#: 0-based attempt index across all retries of this stage (Argo's ``{{retries}}``).
+ENV_ATTEMPT: Final = "DURAPIPE_ATTEMPT"
+#: 0-based index into the OOM memory ladder that this attempt runs on.
+ENV_RUNG: Final = "DURAPIPE_RUNG"
+#: The GPU type this attempt was scheduled for ("" when the stage has no GPU).
+ENV_GPU_TYPE: Final = "DURAPIPE_GPU_TYPE"
+#: The memory limit of this attempt in bytes ("" when unlimited).
+ENV_MEMORY_LIMIT: Final = "DURAPIPE_MEMORY_LIMIT_BYTES"
+#: Root URI of the store (``file:///...`` or ``s3://bucket/prefix``).
+ENV_STORE_URI: Final = "DURAPIPE_STORE_URI"
+#: URI of this stage's checkpoint line. Keyed by run (or pipeline) and stage, never by attempt.
+ENV_CHECKPOINT_URI: Final = "DURAPIPE_CHECKPOINT_URI"
+#: Local directory where user code writes checkpoints before they are committed.
+ENV_CHECKPOINT_PATH: Final = "DURAPIPE_CHECKPOINT_PATH"
+#: How many committed checkpoints to keep.
+ENV_CHECKPOINT_KEEP: Final = "DURAPIPE_CHECKPOINT_KEEP"
+#: Directory shared with the upload sidecar (an emptyDir in the pod).
+ENV_SPOOL_DIR: Final = "DURAPIPE_SPOOL_DIR"
+#: Seconds the user process gets between SIGTERM and SIGKILL.
+ENV_GRACE_SECONDS: Final = "DURAPIPE_GRACE_SECONDS"
+#: JSON object ``{output name: local path}`` of the stage's declared outputs.
+ENV_OUTPUTS: Final = "DURAPIPE_OUTPUTS"
+#: Directory where the wrapper writes one file per output holding its content hash;
+#: Argo reads them as output parameters (``<dir>/<name>.hash``).
+ENV_OUTPUT_HASH_DIR: Final = "DURAPIPE_OUTPUT_HASH_DIR"
+#: What to do on a CUDA out-of-memory error: "retry" (same size), "fail".
+ENV_GPU_OOM_POLICY: Final = "DURAPIPE_GPU_OOM_POLICY"
+#: Where the one-line JSON verdict is written (Kubernetes reads it as the termination message).
+ENV_TERMINATION_LOG: Final = "DURAPIPE_TERMINATION_LOG"
+
+DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
+DEFAULT_SPOOL_DIR: Final = "/var/run/durapipe/spool"
+#: Where the init container installs the runtime zipapp inside the pod.
+RUNTIME_INSTALL_DIR: Final = "/var/run/durapipe/bin"
+RUNTIME_ZIPAPP_NAME: Final = "durapipe-runtime.pyz"
+OUTPUT_HASH_SUFFIX: Final = ".hash"
+
+# -- verdicts: how an attempt ended -----------------------------------------------------------
+VERDICT_SUCCESS: Final = "success"
+VERDICT_APP_FAILURE: Final = "app_failure"
+VERDICT_HOST_OOM: Final = "host_oom"
+VERDICT_GPU_OOM: Final = "gpu_oom"
+VERDICT_PREEMPTED: Final = "preempted"
+VERDICTS: Final = (
+    VERDICT_SUCCESS,
+    VERDICT_APP_FAILURE,
+    VERDICT_HOST_OOM,
+    VERDICT_GPU_OOM,
+    VERDICT_PREEMPTED,
+)
+
+#: Every verdict line starts with this tag so a retry expression can match it in
+#: ``lastRetry.message`` without confusing it with user text.
+VERDICT_TAG: Final = "durapipe-verdict:"
+
+
+def verdict_marker(verdict: str) -> str:
+    """The exact substring a retry expression searches for to recognise ``verdict``."""
+    return f"{VERDICT_TAG}{verdict}"
+
+
+# -- exit codes of ``durapipe.runtime exec`` --------------------------------------------------
+EXIT_SUCCESS: Final = 0
+#: Application failures keep the user's own exit code unless it collides with a reserved one,
+#: in which case the wrapper exits with this code.
+EXIT_APP_FAILURE: Final = 1
+#: The kernel's convention for SIGKILL; Kubernetes reports a real OOM kill the same way.
+EXIT_HOST_OOM: Final = 137
+EXIT_PREEMPTED: Final = 143
+EXIT_GPU_OOM: Final = 86
+#: The wrapper itself was misused (bad arguments, missing command).
+EXIT_USAGE: Final = 64
+RESERVED_EXIT_CODES: Final = frozenset({EXIT_HOST_OOM, EXIT_PREEMPTED, EXIT_GPU_OOM, EXIT_USAGE})
+
+# -- files the wrapper and the in-process SDK exchange -----------------------------------------
+#: Directory the wrapper creates for the user process (exported to it under this name).
+ENV_CONTROL_DIR: Final = "DURAPIPE_CONTROL_DIR"
+#: Created by the wrapper when a stop (SIGTERM) was requested; the SDK's stop flag checks it.
+CONTROL_STOP_FILE: Final = "stop-requested"
+#: Created by the wrapper while memory usage is near the limit (JSON: usage, limit bytes).
+CONTROL_MEMORY_PRESSURE_FILE: Final = "memory-pressure"
+#: Written by the SDK's exception hook: JSON ``{"verdict": ..., "exception": ...}``.
+CONTROL_FAILURE_FILE: Final = "failure.json"
+#: Termination messages longer than this are truncated by Kubernetes.
+TERMINATION_MESSAGE_LIMIT: Final = 4096
+#: "thread" (upload from a thread of the training process) or "sidecar" (hand over to the
+#: upload agent through the spool directory).
+ENV_UPLOADER: Final = "DURAPIPE_UPLOADER"
