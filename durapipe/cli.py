@@ -1,0 +1,185 @@
+"""The ``durapipe`` command line: check, fmt, explain, compile.
+
+Each command imports what it needs when it runs, so ``durapipe check`` does not pay for the
+compiler and ``--help`` pays for nothing.  Exit codes: 0 clean, 1 diagnostics with errors (or
+stale files under ``--check``), 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from durapipe import __version__
+
+
+def _color(stream: object) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from durapipe.dsl import diagnostics as dg
+    from durapipe.dsl import load_path
+
+    everything: list[dg.Diagnostic] = []
+    for path in args.files:
+        everything += load_path(path).diagnostics
+    if not args.warnings:
+        shown = [d for d in everything if d.is_error]
+    else:
+        shown = everything
+    if args.format == "json":
+        print(dg.render(shown, "json"))
+    elif shown:
+        print(dg.render(shown, args.format, _color(sys.stderr)), file=sys.stderr)
+    errors = sum(d.is_error for d in everything)
+    if args.format != "json":
+        files = len(args.files)
+        summary = (f"{errors} error{'s' * (errors != 1)} in {files} file{'s' * (files != 1)}"
+                   if errors else f"{files} file{'s' * (files != 1)} ok")
+        print(("\n" if shown else "") + summary, file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_fmt(args: argparse.Namespace) -> int:
+    import difflib
+
+    from durapipe.dsl import diagnostics as dg
+    from durapipe.dsl.fmt import format_source
+    from durapipe.dsl.load import read_source
+
+    status = 0
+    for path in args.files:
+        source, problems = read_source(path)
+        if source is None:
+            print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
+            status = 1
+            continue
+        formatted, problems = format_source(source.text, source.path)
+        if formatted is None:
+            print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
+            status = 1
+            continue
+        if formatted == source.text:
+            continue
+        if args.check:
+            diff = difflib.unified_diff(source.text.splitlines(True), formatted.splitlines(True),
+                                        f"{path} (current)", f"{path} (formatted)")
+            sys.stdout.writelines(diff)
+            print(f"{path} is not formatted", file=sys.stderr)
+            status = 1
+            continue
+        _atomic_write(path, formatted)
+        print(f"formatted {path}", file=sys.stderr)
+    return status
+
+
+def _atomic_write(path: str, text: str) -> None:
+    """Replace ``path`` so that a crash leaves either the old or the new file, never half."""
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".durapipe-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        except OSError:
+            pass
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from durapipe.dsl import codes
+    from durapipe.dsl.diagnostics import did_you_mean
+
+    code = args.code.upper()
+    if code not in codes.CODES:
+        hint = did_you_mean(code, codes.CODES)
+        print(f"durapipe: unknown diagnostic code {args.code!r}" + (f"; {hint}" if hint else ""),
+              file=sys.stderr)
+        return 2
+    entry = codes.CODES[code]
+    print(f"{entry.code}: {entry.title}\n\n{entry.explanation}")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from durapipe.compiler import cli as compiler_cli
+
+    return compiler_cli.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="durapipe",
+        description="Durable ML training pipelines: check and format .pipe files, "
+                    "compile them to Argo Workflows.")
+    parser.add_argument("--version", action="version", version=f"durapipe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    check = sub.add_parser("check", help="check pipelines and report every diagnostic",
+                           description="Check .pipe files (or builder .py modules); exit 1 on "
+                                       "errors.")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("--format", choices=("human", "short", "json"), default="human",
+                       help="human (default), short (one line each) or json (for tools)")
+    check.add_argument("--no-warnings", dest="warnings", action="store_false",
+                       help="show errors only")
+    check.set_defaults(func=cmd_check)
+
+    fmt = sub.add_parser("fmt", help="rewrite .pipe files in the canonical layout",
+                         description="Format .pipe files in place; comments are kept.")
+    fmt.add_argument("files", nargs="+", metavar="FILE")
+    fmt.add_argument("--check", action="store_true",
+                     help="change nothing; print a diff and exit 1 if a file is not formatted")
+    fmt.set_defaults(func=cmd_fmt)
+
+    explain = sub.add_parser("explain", help="explain a diagnostic code",
+                             description="Print the long explanation of a code such as P0101.")
+    explain.add_argument("code", metavar="CODE")
+    explain.set_defaults(func=cmd_explain)
+
+    compile_ = sub.add_parser("compile", help="compile pipelines to Argo Workflows YAML",
+                              description="Compile .pipe files or builder .py modules to Argo "
+                                          "Workflows YAML for GitOps.")
+    try:
+        from durapipe.compiler import cli as compiler_cli
+    except ImportError:  # pragma: no cover - the compiler ships with the package
+        pass
+    else:
+        compiler_cli.add_arguments(compile_)
+    compile_.set_defaults(func=cmd_compile)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in durapipe, not in the user's input
+        if os.environ.get("DURAPIPE_DEBUG"):
+            raise
+        print(f"durapipe: internal error: {type(exc).__name__}: {exc}\n"
+              "This is a bug in durapipe; rerun with DURAPIPE_DEBUG=1 for a traceback and "
+              "report it.", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The Python builder reports mistakes as diagnostics pointing at the caller's line."""
+
+from __future__ import annotations
+
+import pytest
+
+from durapipe.dsl.builder import Gpu, Pipeline, Resources
+from durapipe.dsl.diagnostics import PipelineError
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if marker in line and "_line_of" not in line:
+                return number
+    raise AssertionError(marker)
+
+
+def test_unknown_keyword_gets_did_you_mean_at_the_callers_line() -> None:
+    p = Pipeline("demo")
+    p.stage("train", image="x", command=["true"], resourses=Resources(cpu=1))  # MARK-typo
+    with pytest.raises(PipelineError) as info:
+        p.build()
+    (diag,) = info.value.diagnostics
+    assert diag.code == "P0201"
+    assert diag.help == "did you mean `resources`?"
+    assert diag.span is not None and diag.span.line == _line_of("MARK-typo")
+    assert "test_builder.py" in diag.span.source.path
+
+
+def test_all_mistakes_are_collected_into_one_exception() -> None:
+    p = Pipeline("demo")
+    p.stage("a", image="x", command=["true"],
+            resources=Resources(gpu=Gpu(count=8, types=["H10"])))  # MARK-gpu
+    p.stage("b", image="x", command=["true"], needs=["nope"])
+    with pytest.raises(PipelineError) as info:
+        p.build()
+    codes = [d.code for d in info.value.diagnostics]
+    assert codes == ["P0311", "P0301"]
+    assert info.value.diagnostics[0].span.line == _line_of("MARK-gpu")  # type: ignore[union-attr]
+    assert "did you mean `H100`?" in str(info.value)
+
+
+def test_fstring_interpolation_of_params_matches_the_text_form() -> None:
+    p = Pipeline("demo")
+    lr = p.param("lr", float, default=0.1)
+    p.stage("train", image="x", command=["python", f"--lr={lr}", "$${HOME}"])
+    stage = p.build().stages[0]
+    assert str(stage.command[1]) == "--lr=${params.lr}"  # type: ignore[index]
+    assert stage.command[2] == "${HOME}"  # type: ignore[index]

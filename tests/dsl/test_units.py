@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from durapipe.dsl import units
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("256Gi", 256 * 2**30), ("1Ti", 2**40), ("512Mi", 512 * 2**20), ("1.5Gi", 3 * 2**29),
+    ("500M", 500_000_000), ("1024", 1024), (2048, 2048),
+])
+def test_parse_bytes(text: object, expected: int) -> None:
+    assert units.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["16GB", "Gi", "-1Gi", "1.1", True, 1.5])
+def test_parse_bytes_rejects(bad: object) -> None:
+    with pytest.raises(units.UnitError):
+        units.parse_bytes(bad)
+
+
+def test_format_bytes_picks_the_largest_exact_unit() -> None:
+    assert [units.format_bytes(v) for v in (2**40, 3 * 2**29, 1000, 0)] == \
+        ["1Ti", "1536Mi", "1000", "0"]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("30s", 30), ("30m", 1800), ("12h", 43200), ("7d", 604800), ("1h30m", 5400), ("90", 90),
+])
+def test_parse_seconds(text: str, expected: int) -> None:
+    assert units.parse_seconds(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["30x", "m30", "1h 30m", "", "1.5h"])
+def test_parse_seconds_rejects(bad: str) -> None:
+    with pytest.raises(units.UnitError):
+        units.parse_seconds(bad)
+
+
+def test_format_seconds_never_emits_days() -> None:
+    # Go's time.ParseDuration (used by Argo) rejects "d".
+    assert units.format_seconds(604800) == "168h"
+    assert units.format_seconds(5430) == "1h30m30s"
+
+
+@pytest.mark.parametrize(("value", "milli"), [(8, 8000), (0.5, 500), ("500m", 500), ("2", 2000)])
+def test_parse_millicpu(value: object, milli: int) -> None:
+    assert units.parse_millicpu(value) == milli
+    assert units.parse_millicpu(units.format_millicpu(milli)) == milli

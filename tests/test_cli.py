@@ -1,0 +1,65 @@
+"""The command line: exit codes, output streams, formats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from durapipe.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_passes_on_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", *map(str, sorted((ROOT / "examples").glob("*.pipe")))]) == 0
+    assert "5 files ok" in capsys.readouterr().err
+
+
+def test_check_reports_errors_and_exits_1(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.pipe"
+    bad.write_text('pipeline "x" {}\nstage "a" { image: "i" command = ["true"] }\n')
+    assert main(["check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "error[P0101]" in err and f"{bad}:2:18" in err and "^" in err
+
+
+def test_check_json_is_machine_readable(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.pipe"
+    bad.write_text('pipeline "x" {}\nstage "a" { image = "i" command = ["true"] cpu = 1 }\n')
+    assert main(["check", "--format", "json", str(bad)]) == 1
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["code"] == "P0201"
+    assert (record["line"], record["column"], record["file"]) == (2, 44, str(bad))
+
+
+def test_missing_file_is_a_diagnostic_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "/nonexistent/x.pipe"]) == 1
+    err = capsys.readouterr().err
+    assert "P0001" in err and "Traceback" not in err
+
+
+def test_binary_file_is_a_diagnostic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.pipe"
+    junk.write_bytes(bytes(range(256)) * 4)
+    assert main(["check", str(junk)]) == 1
+    assert "P0002" in capsys.readouterr().err
+
+
+def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "p0101"]) == 0
+    assert capsys.readouterr().out.startswith("P0101: `:` used where `=` belongs")
+    assert main(["explain", "P9999"]) == 2
+
+
+def test_help_is_available_for_every_command() -> None:
+    for command in ([], ["check"], ["fmt"], ["explain"], ["compile"]):
+        run = subprocess.run([sys.executable, "-m", "durapipe", *command, "--help"],
+                             capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        assert "usage: durapipe" in run.stdout

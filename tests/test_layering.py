@@ -1,0 +1,38 @@
+"""Imports flow one way: grammars <- dsl <- compiler; the runtime imports neither."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "durapipe"
+
+
+def _imports(part: str) -> set[str]:
+    found: set[str] = set()
+    for path in (PACKAGE / part).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                # `from durapipe.runtime import contract` imports durapipe.runtime.contract.
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    return found
+
+
+def _durapipe_parts(modules: set[str]) -> set[str]:
+    return {m.split(".")[1] for m in modules if m.startswith("durapipe.") and m.count(".") >= 1}
+
+
+def test_runtime_imports_neither_dsl_nor_compiler() -> None:
+    assert _durapipe_parts(_imports("runtime")) <= {"runtime"}
+
+
+def test_dsl_does_not_import_compiler_or_runtime() -> None:
+    assert _durapipe_parts(_imports("dsl")) <= {"dsl", "grammars"}
+
+
+def test_compiler_reads_only_the_runtime_contract() -> None:
+    runtime_parts = {m.split(".")[2] for m in _imports("compiler")
+                     if m.startswith("durapipe.runtime.")}
+    assert runtime_parts <= {"contract", "cachekey"}
