@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +33,7 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
            diagnostics: list[dg.Diagnostic]) -> LoadResult:
     """Validate lowered data and run the semantic checks; shared with the builder."""
     pipeline, errors = validate.model_from_data(data, source_map, fallback)
-    diagnostics = diagnostics + errors
+    diagnostics = diagnostics + validate.drop_consequences(errors, diagnostics)
     if pipeline is not None and not any(d.code == "P0202" and "pipeline" in d.message
                                         for d in diagnostics):
         diagnostics += validate.check(pipeline, source_map, fallback)
@@ -40,8 +43,29 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
     return LoadResult(pipeline, diagnostics, source_map)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building many small objects that all stay alive.
+
+    Each gen-2 collection walks the whole heap, so with the collector on, parsing grows
+    quadratically with file size (measured: 4,000 stages took 4x the time of 2,000).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def loads(text: str, path: str = "<input>") -> LoadResult:
     """Load a pipeline from ``.pipe`` text."""
+    with _gc_paused():
+        return _loads(text, path)
+
+
+def _loads(text: str, path: str) -> LoadResult:
     source = Source(path, text)
     syntax, diagnostics = parser.parse(source)
     if syntax is None:

@@ -10,6 +10,7 @@ none escapes this module.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from durapipe import grammars
+from durapipe import __version__, grammars
 from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
 from durapipe.dsl.source import Source, Span
@@ -26,6 +27,9 @@ from durapipe.dsl.source import Source, Span
 MAX_INPUT_CHARS = 16 * 1024 * 1024
 MAX_NESTING = 64
 MAX_SYNTAX_ERRORS = 50
+#: Repairs (tokens or characters dropped or inserted) before the parser gives up on a file:
+#: each costs tens of microseconds, so a huge file of junk must not be repaired byte by byte.
+MAX_RECOVERIES = 10_000
 
 TOP_LEVEL_KEYWORDS = ("PIPELINE", "STAGE", "PARAMS", "DEFAULTS")
 _VALUE_STARTS = {"STRING", "SQ_STRING", "OPEN_STRING", "HEREDOC", "NUMBER", "UNIT_NUMBER",
@@ -40,31 +44,62 @@ _TOKEN_WORDS = {
 }
 
 
+#: A top-level word followed by what starts its block: a label for `pipeline` and `stage`, a
+#: brace for `params` and `defaults`.  Inside a block the contextual lexer reads these words as
+#: plain names (they are valid map keys), so the post-lexer restores them when they plainly open
+#: a new top-level block: that is how an unclosed `{` is reported once, at the brace.
+_KEYWORD_FOLLOWERS = {"pipeline": re.compile(r'\s*"'), "stage": re.compile(r'\s*"'),
+                      "params": re.compile(r"\s*\{"), "defaults": re.compile(r"\s*\{")}
+
+
 class _Skipper:
-    """Post-lexer that can drop the tokens of a block the parser cannot make sense of."""
+    """Post-lexer that restores keywords and can drop the tokens of a block the parser cannot
+    make sense of.
+
+    Its state lives on the object, not in ``process``: lark starts a new ``process`` generator
+    each time it resumes after an error, and tokens the contextual lexer rejects never reach
+    ``process`` at all (they arrive at the error handler, which passes them to :meth:`skip`).
+    """
 
     always_accept: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.skipping = False
+        self.depth = 0
+        self.text = ""
+
+    def reset(self, text: str) -> None:
+        self.skipping, self.depth, self.text = False, 0, text
+
+    def start_skipping(self) -> None:
+        self.skipping, self.depth = True, 0
+
+    def skip(self, token: lark.Token) -> bool:
+        """While skipping: ``True`` if ``token`` is dropped, ``False`` if skipping ends at it."""
+        if token.type == "LBRACE":
+            self.depth += 1
+        elif token.type == "RBRACE":
+            self.depth -= 1
+            if self.depth <= 0:
+                self.skipping, self.depth = False, 0
+        elif self.depth <= 0 and token.type in TOP_LEVEL_KEYWORDS:
+            self.skipping, self.depth = False, 0
+            return False
+        return True
 
     def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
-        depth = 0
         for token in stream:
-            if not self.skipping:
-                yield token
+            token = self.keyword(token)
+            if self.skipping and self.skip(token):
                 continue
-            if token.type == "LBRACE":
-                depth += 1
-            elif token.type == "RBRACE":
-                depth -= 1
-                if depth <= 0:
-                    self.skipping, depth = False, 0
-                continue
-            elif depth == 0 and token.type in TOP_LEVEL_KEYWORDS:
-                self.skipping = False
-                yield token
-                continue
+            yield token
+
+    def keyword(self, token: lark.Token) -> lark.Token:
+        follow = _KEYWORD_FOLLOWERS.get(str(token)) if token.type == "NAME" else None
+        if follow is not None and token.end_pos is not None \
+                and follow.match(self.text, token.end_pos):
+            return lark.Token.new_borrow_pos(str(token).upper(), str(token), token)
+        return token
 
 
 @dataclass
@@ -75,6 +110,8 @@ class _ParseState:
     last_generic_line: int = -1
     last_char_error_end: int = -1
     unterminated_heredoc: bool = False
+    recoveries: int = 0
+    gave_up: bool = False
 
 
 class _Holder:
@@ -93,10 +130,26 @@ def _collect_comment(token: lark.Token) -> lark.Token:
     return token
 
 
+def _cache_path() -> str | None:
+    """Where the analysed grammar is cached between processes (building it costs ~0.5 s).
+
+    Lark stores a hash of the grammar, the options and its own version in the file and
+    rebuilds on any mismatch, so a stale cache is never used.
+    """
+    if os.environ.get("DURAPIPE_NO_GRAMMAR_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(base, "durapipe")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:
+        return None
+    return os.path.join(directory, f"pipe-grammar-{__version__}.lark-cache")
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
-    return lark.Lark(
-        grammars.read(),
+    options: dict[str, Any] = dict(
         parser="lalr",
         lexer="contextual",
         propagate_positions=False,
@@ -104,6 +157,13 @@ def _parser() -> lark.Lark:
         postlex=_Holder.skipper,
         lexer_callbacks={"COMMENT": _collect_comment},
     )
+    cache = _cache_path()
+    if cache is not None:
+        try:
+            return lark.Lark(grammars.read(), cache=cache, **options)
+        except Exception:  # an unreadable or foreign cache file: build without it
+            pass
+    return lark.Lark(grammars.read(), **options)
 
 
 def parse(source: Source) -> tuple[st.File | None, list[Diagnostic]]:
@@ -113,16 +173,17 @@ def parse(source: Source) -> tuple[st.File | None, list[Diagnostic]]:
         return None, [pre]
     state = _ParseState(source)
     _Holder.state = state
-    _Holder.skipper.skipping = False
+    _Holder.skipper.reset(source.text)
     try:
         tree = _parser().parse(source.text, on_error=lambda e: _recover(e, state))
     except UnexpectedInput as exc:
-        if len(state.diagnostics) < MAX_SYNTAX_ERRORS:
+        if len(state.diagnostics) < MAX_SYNTAX_ERRORS and not (state.gave_up
+                                                                and state.diagnostics):
             state.diagnostics.append(_generic(exc, state))
         return None, state.diagnostics
     finally:
         _Holder.state = None
-        _Holder.skipper.skipping = False
+        _Holder.skipper.reset("")
     builder = _TreeBuilder(state)
     file = builder.file(tree)
     return file, state.diagnostics
@@ -194,12 +255,23 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
     """Report ``exc`` and repair the token stream; ``False`` gives up on the file."""
     if len(state.diagnostics) >= MAX_SYNTAX_ERRORS:
         return False
+    state.recoveries += 1
+    if state.recoveries > MAX_RECOVERIES:
+        state.gave_up = True  # what was reported so far stands; the rest is not checked
+        return False
     source = state.source
+    skipper = _Holder.skipper
     if isinstance(exc, UnexpectedCharacters):
-        return _recover_characters(exc, state)
+        # Junk inside a block that is being skipped was reported with the block already.
+        return True if skipper.skipping else _recover_characters(exc, state)
     if not isinstance(exc, UnexpectedToken):
         return False
     token, ip = exc.token, exc.interactive_parser
+    if skipper.skipping and token.type != "$END":
+        # The contextual lexer rejected a token of the skipped block before the post-lexer saw
+        # it; drop it too.  A top-level keyword ends the skip and is recovered from below.
+        if skipper.skip(token):
+            return True
     accepts: set[str] = set(exc.accepts or exc.expected)
     span = _span_of(token, source)
     diags = state.diagnostics
@@ -254,13 +326,13 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
         diags.append(error(
             "P0207", f"unknown top-level block `{token}`", span, "not a top-level block",
             help=hint or "a file holds `pipeline`, `params`, `defaults` and `stage` blocks"))
-        _Holder.skipper.skipping = True
+        _Holder.skipper.start_skipping()
         return True
 
     if token.type == "EQUAL" and "COLON" in accepts:
         diags.append(error("P0100", "a param is declared `name: type = default`", span,
                            "expected `:` and a type", help="for example `epochs: int = 3`"))
-        _Holder.skipper.skipping = True
+        _Holder.skipper.start_skipping()
         _close_open_blocks(ip, set(TOP_LEVEL_KEYWORDS) | {"$END"})
         return True
 
@@ -305,7 +377,9 @@ def _generic(exc: UnexpectedInput, state: _ParseState) -> Diagnostic:
     if isinstance(exc, UnexpectedToken):
         span = _span_of(exc.token, source)
         accepts = set(exc.accepts or exc.expected)
-        return error("P0100", f"unexpected {_describe(exc.token)}", span, "not expected here",
+        what = _describe(exc.token)
+        what = what.split(" ", 1)[1] if what.startswith(("a ", "an ")) else what
+        return error("P0100", f"unexpected {what}", span, "not expected here",
                      help=f"expected one of: {_expected(accepts)}")
     pos = getattr(exc, "pos_in_stream", None) or len(source.text)
     return error("P0100", "syntax error", Span(source, pos, pos + 1), "here")
@@ -314,6 +388,7 @@ def _generic(exc: UnexpectedInput, state: _ParseState) -> Diagnostic:
 # -- tree -> syntax nodes ---------------------------------------------------------------------
 
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
+_SPECIAL_RE = re.compile(r"[\\$]")
 _REF_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 
 
@@ -534,8 +609,11 @@ class _TreeBuilder:
                 parts.append(st.RefValue(span, tuple(body.strip().split("."))))
                 i = close + 1
                 continue
-            buf.append(ch)
-            i += 1
+            # Plain text up to the next `\\` or `$`, in one step (strings can be megabytes).
+            match = _SPECIAL_RE.search(inner, i + 1)
+            nxt_special = match.start() if match else len(inner)
+            buf.append(inner[i:nxt_special])
+            i = nxt_special
         if buf or not parts:
             parts.append("".join(buf))
         return parts

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 
 
 def read(name: str = "pipe.lark") -> str:
-    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+    # A plain file read: importlib.resources would pull in zipfile and friends at start-up.
+    return (Path(__file__).parent / name).read_text(encoding="utf-8")

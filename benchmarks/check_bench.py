@@ -1,0 +1,85 @@
+"""Speed of `durapipe check`: a typical example in a fresh process, and generated big files.
+
+Prints ratios measured in this one run (machines here are noisy; compare within a run):
+- cold check of each example vs `python -c "import hera.workflows"` (target: <= 0.4 s and >= 4x faster)
+- in-process check of 2,000 and 4,000 generated stages (target: 2,000 < 2 s; 4,000/2,000 <= 2.2)
+
+Usage: python benchmarks/check_bench.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generate(stages: int) -> str:
+    """A pipeline of `stages` stages in chains of 10, each reading its predecessor's output."""
+    out = ['pipeline "big" {\n  storage = "s3://bucket/big"\n}\n',
+           "params {\n  epochs: int = 3\n}\n",
+           'defaults {\n  image = "ghcr.io/acme/x:1"\n  retry { attempts = 2  backoff = 10s }\n}\n']
+    for i in range(stages):
+        reads = f', "--in", s{i - 1}.outputs.data' if i % 10 else ""
+        out.append(
+            f'stage "s{i}" {{\n'
+            f'  command = ["python", "step.py", "--epochs", params.epochs{reads}]\n'
+            f"  resources {{ cpu = 2  memory = 8Gi }}\n"
+            f'  outputs {{ data = "/out/data" }}\n'
+            f"  cache {{ max_age = 7d }}\n"
+            f"}}\n")
+    return "".join(out)
+
+
+def cold(cmd: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def warm_check(path: Path, repeat: int) -> float:
+    from durapipe.dsl import load_path
+
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = load_path(path)
+        times.append(time.perf_counter() - start)
+        assert result.pipeline is not None, "generated file must be valid"
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    py = sys.executable
+    hera = cold([py, "-c", "import hera.workflows"], args.repeat)
+    print(f"python -c 'import hera.workflows' (cold, median of {args.repeat}): {hera:.3f} s")
+    for example in sorted((ROOT / "examples").glob("*.pipe")):
+        t = cold([py, "-m", "durapipe", "check", str(example)], args.repeat)
+        print(f"durapipe check {example.name:<24} {t:.3f} s   hera/durapipe = {hera / t:.1f}x")
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {}
+        for n in (2000, 4000):
+            path = Path(tmp) / f"big{n}.pipe"
+            path.write_text(generate(n))
+            results[n] = warm_check(path, max(1, args.repeat // 2))
+            print(f"check {n} stages (in-process, best of {max(1, args.repeat // 2)}): "
+                  f"{results[n]:.3f} s")
+        print(f"growth 4000/2000 = {results[4000] / results[2000]:.2f}x (linear = 2.0)")
+        t = cold([py, "-m", "durapipe", "check", str(Path(tmp) / "big2000.pipe")], 1)
+        print(f"durapipe check 2000 stages (cold process): {t:.3f} s")
+
+
+if __name__ == "__main__":
+    main()
