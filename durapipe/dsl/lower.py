@@ -326,8 +326,8 @@ def lower(file: st.File) -> Lowering:
         data.update(low.members(pipe, PIPELINE_SCHEMA, ()))
 
     params: list[dict[str, Any]] = []
-    for block in params_blocks[:1]:
-        for i, decl in enumerate(block.params):
+    for params_block in params_blocks[:1]:
+        for i, decl in enumerate(params_block.params):
             loc: Loc = ("params", i)
             low.source_map[loc] = decl.name_span
             low.source_map[(*loc, "name")] = decl.name_span

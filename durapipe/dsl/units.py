@@ -49,7 +49,7 @@ def parse_bytes(value: object) -> int:
         raise UnitError(
             f"unknown memory unit {unit!r}; use one of {', '.join(MEMORY_UNITS)}"
         )
-    number = match["num"]
+    number: str = match["num"]
     if "." in number:
         whole, frac = number.split(".")
         scaled = int(whole) * factor + (int(frac) * factor) // 10 ** len(frac)

@@ -1,0 +1,36 @@
+"""Complete pipelines shown in the docs are valid: the docs cannot drift from the language."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from durapipe.dsl import loads, render
+
+ROOT = Path(__file__).resolve().parents[1]
+_BLOCK_RE = re.compile(r"```hcl\n(.*?)```", re.S)
+
+
+def _complete_pipelines() -> list[tuple[str, str]]:
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, block in enumerate(_BLOCK_RE.findall(doc.read_text(encoding="utf-8"))):
+            if block.lstrip().startswith("pipeline ") and "stage " in block:
+                found.append((f"{doc.name}#{n}", block))
+    return found
+
+
+PIPELINES = _complete_pipelines()
+
+
+def test_docs_show_complete_pipelines() -> None:
+    assert len(PIPELINES) >= 2
+
+
+@pytest.mark.parametrize(("name", "text"), PIPELINES, ids=[n for n, _ in PIPELINES])
+def test_documented_pipeline_checks_clean(name: str, text: str) -> None:
+    result = loads(text, name)
+    errors = [d for d in result.diagnostics if d.is_error]
+    assert errors == [], render(errors)
