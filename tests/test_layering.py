@@ -20,8 +20,16 @@ def _imports(part: str) -> set[str]:
     return found
 
 
+PARTS = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+
+
 def _durapipe_parts(modules: set[str]) -> set[str]:
-    return {m.split(".")[1] for m in modules if m.startswith("durapipe.") and m.count(".") >= 1}
+    """The subpackages of durapipe that ``modules`` reach (``durapipe.__version__`` is none)."""
+    return {m.split(".")[1] for m in modules if m.startswith("durapipe.")} & PARTS
+
+
+def test_the_parts_exist() -> None:
+    assert {"grammars", "dsl", "compiler", "runtime"} <= PARTS
 
 
 def test_runtime_imports_neither_dsl_nor_compiler() -> None:

@@ -52,8 +52,9 @@ def parse_bytes(value: object) -> int:
     number: str = match["num"]
     if "." in number:
         whole, frac = number.split(".")
-        scaled = int(whole) * factor + (int(frac) * factor) // 10 ** len(frac)
-        if (int(frac) * factor) % 10 ** len(frac):
+        denominator: int = 10 ** len(frac)
+        scaled = int(whole) * factor + (int(frac) * factor) // denominator
+        if (int(frac) * factor) % denominator:
             raise UnitError(f"{value!r} is not a whole number of bytes")
         return scaled
     return int(number) * factor
