@@ -147,8 +147,8 @@ Checkpoints and cached data live under the pipeline's `storage` URI.  Set
 A multi-node stage declares the resources of one node; without them the JobSet cannot place its
 pods sensibly."""),
     Code("P0319", "unused or conflicting stage setting", """
-The stage sets something that has no effect in its configuration, e.g. `cache { enabled = false }`
-together with other cache settings."""),
+The stage sets something that has no effect in its configuration, e.g. `retry { max_backoff = 10m }`
+or `backoff_factor` without a `backoff` (there is no delay to grow or cap)."""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example
@@ -159,6 +159,25 @@ stage."""),
     Code("P0403", "compiled object exceeds Argo limits", """
 An object would exceed Argo's limits (1 MiB per object) even after splitting into nested DAGs and
 WorkflowTemplates."""),
+    Code("P0404", "text would be read as Argo templating", """
+Argo substitutes `{{...}}` in every string of a workflow, several times over, so user text that
+contains `{{` (or a `{` directly before a `${...}` reference) could be executed as an Argo
+variable or expression.  durapipe refuses it rather than guessing.  Move the text into a file in
+the image, or build it at run time inside the command."""),
+    Code("P0405", "reference cannot be lowered here", """
+A bare stage name is an order-only dependency: it belongs in `needs`, not in a command, argument
+or environment value, where only `params.NAME` and `STAGE.outputs.NAME` have a value."""),
+    Code("P0406", "GPU request cannot be lowered", """
+Every GPU type must map to a node label value of the cluster profile, and GPU types whose counts
+differ need `fallback_after` (one pod cannot request a count that depends on the node it lands
+on).  Add the type to `cluster { gpu_products { ... } }` or set `fallback_after`."""),
+    Code("P0407", "setting not supported on a multi-node stage", """
+A `distributed` stage runs as a JobSet created by an Argo resource template.  Declared outputs,
+the OOM memory ladder and GPU fallback with a queue wait cannot be lowered there: pods of a JobSet
+cannot hand output parameters to Argo, and JobSet restarts replace Argo retries.  Drop the
+setting or split the stage."""),
+    Code("P0408", "output kind needs a setting", """
+`kind = "cron"` (or `--kind cron`) needs at least one `schedule`."""),
     # -- warnings -------------------------------------------------------------------------
     Code("W0001", "unused parameter", """
 A param is declared but no stage refers to it."""),

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from durapipe.dsl import codes
-from durapipe.dsl.source import Span
+from durapipe.dsl.source import Source, Span
 
 
 class Severity(str, enum.Enum):
@@ -109,10 +109,36 @@ def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
 # -- rendering --------------------------------------------------------------------------------
 
 _TAB = "    "
+#: Control characters other than tab are shown as U+FFFD so they cannot move the cursor.
+_CONTROLS = {c: "\ufffd" for c in [*range(0x09), *range(0x0a, 0x20), 0x7f]}
+#: Source lines longer than this are shown as a window around the labels (minified or
+#: generated files can have lines of megabytes, and each diagnostic prints its line).
+MAX_SHOWN_LINE = 200
+_WINDOW_LEAD = 60
 
 
 def _expand(line: str) -> str:
-    return line.replace("\t", _TAB)
+    return line.replace("\t", _TAB).translate(_CONTROLS)
+
+
+def _line_window(source: Source, labels: Sequence[Label]) -> tuple[int, str, str, str]:
+    """For the line of ``labels``: the offset of its first shown character, the shown text,
+    and the cut marks before and after it."""
+    line_start = labels[0].span.start - (source.line_col(labels[0].span.start)[1] - 1)
+    end = _line_end(source, line_start)
+    if end > line_start and source.text[end - 1] == "\r":
+        end -= 1  # a CRLF file
+    if end - line_start <= MAX_SHOWN_LINE:
+        return line_start, source.text[line_start:end], "", ""
+    first = min(lb.span.start for lb in labels)
+    lo = max(line_start, first - _WINDOW_LEAD)
+    hi = min(end, lo + MAX_SHOWN_LINE)
+    return lo, source.text[lo:hi], "..." if lo > line_start else "", "..." if hi < end else ""
+
+
+def _line_end(source: Source, line_start: int) -> int:
+    end = source.text.find("\n", line_start)
+    return len(source.text) if end == -1 else end
 
 
 def render_human(diag: Diagnostic, color: bool = False) -> str:
@@ -132,21 +158,18 @@ def render_human(diag: Diagnostic, color: bool = False) -> str:
         out.append(f"{gutter}{blue}-->{reset} {diag.where()}")
         out.append(f"{gutter} {blue}|{reset}")
         by_line: dict[int, list[Label]] = {}
-        for label in diag.labels:
+        for label in sorted(diag.labels, key=lambda lb: lb.span.start):
             by_line.setdefault(label.span.line, []).append(label)
         for line in lines:
-            source = diag.labels[0].span.source
-            for label in by_line[line]:
-                source = label.span.source
-            text = source.line_text(line)
-            out.append(f"{blue}{line:>{width}} |{reset} {_expand(text)}".rstrip())
+            source = by_line[line][0].span.source
+            shown_from, text, lead, tail = _line_window(source, by_line[line])
+            out.append(f"{blue}{line:>{width}} |{reset} {lead}{_expand(text)}{tail}".rstrip())
             for label in by_line[line]:
                 span = label.span
-                col = span.column
-                end_line, end_col = span.source.line_col(span.end)
-                length = (end_col - col) if end_line == line else len(text) - col + 1
-                prefix = _expand(text[: col - 1])
-                carets = "^" * max(1, len(_expand(text[col - 1 : col - 1 + max(length, 1)])))
+                col = span.start - shown_from  # 0-based, in the shown text
+                end = min(span.end - shown_from, len(text))
+                prefix = lead + _expand(text[:col])
+                carets = "^" * max(1, len(_expand(text[col:max(end, col + 1)])))
                 marker = f"{' ' * len(prefix)}{tint}{carets}{reset}"
                 out.append(f"{gutter} {blue}|{reset} {marker} {label.message}".rstrip())
         out.append(f"{gutter} {blue}|{reset}")

@@ -14,7 +14,7 @@ from durapipe.dsl import lower as lw
 from durapipe.dsl import parser, validate
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import Source, SourceMap, Span
-from durapipe.dsl.syntax import File
+from durapipe.dsl.syntax import File, ParamsBlock
 
 
 @dataclass
@@ -33,10 +33,12 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
            diagnostics: list[dg.Diagnostic]) -> LoadResult:
     """Validate lowered data and run the semantic checks; shared with the builder."""
     pipeline, errors = validate.model_from_data(data, source_map, fallback)
-    diagnostics = diagnostics + validate.drop_consequences(errors, diagnostics)
+    reported = diagnostics  # by parsing and lowering: what the later phases may follow from
+    diagnostics = diagnostics + validate.drop_consequences(errors, reported)
     if pipeline is not None and not any(d.code == "P0202" and "pipeline" in d.message
                                         for d in diagnostics):
-        diagnostics += validate.check(pipeline, source_map, fallback)
+        diagnostics += validate.drop_consequences(validate.check(pipeline, source_map, fallback),
+                                                  reported)
     diagnostics = dg.sort_unique(diagnostics)
     if dg.has_errors(diagnostics):
         return LoadResult(None, diagnostics, source_map)
@@ -73,6 +75,10 @@ def _loads(text: str, path: str) -> LoadResult:
     lowered = lw.lower(syntax)
     result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
                     diagnostics + lowered.diagnostics)
+    result.diagnostics = validate.drop_missing_after_mistakes(result.diagnostics, [
+        ("params", None, item.span) if isinstance(item, ParamsBlock)
+        else (item.name, item.label.text if item.label else None, item.span)
+        for item in syntax.items])
     result.syntax = syntax
     return result
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 from pydantic_core import PydanticCustomError
 
 from durapipe.dsl import units
@@ -32,6 +32,12 @@ Bytes = Annotated[int, _unit_validator(units.parse_bytes, "bad_quantity"), Field
 MilliCpu = Annotated[int, _unit_validator(units.parse_millicpu, "bad_quantity"), Field(gt=0)]
 #: Durations, in whole seconds.
 Seconds = Annotated[int, _unit_validator(units.parse_seconds, "bad_duration"), Field(ge=0)]
+
+
+#: Counts and flags take exactly that type: `attempts = "3"` or `interruptible = "yes"` is a
+#: mistake to report, not a value to coerce.
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
 
 
 class _Frozen(BaseModel):
@@ -124,13 +130,13 @@ class GpuChoice(_Frozen):
     """One GPU type in the fallback order, with the count to request on it."""
 
     type: str
-    count: int = Field(ge=1)
+    count: Int = Field(ge=1)
 
 
 class Gpu(_Frozen):
     """GPU request: a count and an ordered list of acceptable types."""
 
-    count: int = Field(default=1, ge=1)
+    count: Int = Field(default=1, ge=1)
     #: In order of preference.  Entries may override the count (``"A100:16"``).
     types: tuple[GpuChoice, ...] = ()
     #: Longest time to wait for capacity of one type before falling back to the next.
@@ -155,11 +161,11 @@ class Retry(_Frozen):
     """Separate retry budgets: application failures, preemptions and the OOM ladder."""
 
     #: Retries after an application failure (non-zero exit that is not OOM or preemption).
-    attempts: int = Field(default=0, ge=0, le=100)
+    attempts: Int = Field(default=0, ge=0, le=100)
     #: Retries after a preemption (spot reclaim, node shutdown, eviction, pod deletion).
-    preemptions: int = Field(default=3, ge=0, le=100)
+    preemptions: Int = Field(default=3, ge=0, le=100)
     backoff: Seconds | None = None
-    backoff_factor: int = Field(default=2, ge=1, le=10)
+    backoff_factor: Int = Field(default=2, ge=1, le=10)
     max_backoff: Seconds | None = None
     on_oom: OnOom | None = None
     #: CUDA out-of-memory: "fail" at once, or "retry" spending the application budget.
@@ -178,7 +184,7 @@ class Checkpoint(_Frozen):
     """Intra-task checkpointing through the runtime's store (``checkpoint = true`` or a block)."""
 
     path: str = "/var/run/durapipe/checkpoint"
-    keep: int = Field(default=3, ge=1, le=1000)
+    keep: Int = Field(default=3, ge=1, le=1000)
     #: "run": this run only; "pipeline": later runs of the same pipeline resume from it too.
     scope: Literal["run", "pipeline"] = "run"
 
@@ -186,12 +192,12 @@ class Checkpoint(_Frozen):
 class Distributed(_Frozen):
     """Multi-node training: ``replicas`` nodes x ``procs_per_node`` processes."""
 
-    replicas: int = Field(ge=1, le=10000)
-    procs_per_node: int = Field(default=1, ge=1, le=64)
+    replicas: Int = Field(ge=1, le=10000)
+    procs_per_node: Int = Field(default=1, ge=1, le=64)
     launcher: Literal["torchrun"] = "torchrun"
-    max_restarts: int = Field(default=0, ge=0, le=1000)
+    max_restarts: Int = Field(default=0, ge=0, le=1000)
     #: Restarts caused by host maintenance or preemption do not spend ``max_restarts``.
-    restart_on_maintenance: bool = True
+    restart_on_maintenance: Bool = True
 
 
 class Stage(_Frozen):
@@ -206,9 +212,9 @@ class Stage(_Frozen):
     outputs: dict[str, str] = Field(default_factory=dict)
     needs: tuple[str, ...] = ()
     resources: Resources = Resources()
-    interruptible: bool = False
+    interruptible: Bool = False
     #: Run the last attempt on on-demand capacity (only with ``interruptible``).
-    last_attempt_on_demand: bool = False
+    last_attempt_on_demand: Bool = False
     retry: Retry = Retry()
     cache: Cache | None = None
     checkpoint: Checkpoint | None = None

@@ -10,6 +10,8 @@ none escapes this module.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import os
 import re
 from collections.abc import Iterator
@@ -50,6 +52,8 @@ _TOKEN_WORDS = {
 #: a new top-level block: that is how an unclosed `{` is reported once, at the brace.
 _KEYWORD_FOLLOWERS = {"pipeline": re.compile(r'\s*"'), "stage": re.compile(r'\s*"'),
                       "params": re.compile(r"\s*\{"), "defaults": re.compile(r"\s*\{")}
+#: What follows a name that starts a member (`name = `, `name {`, or the mistaken `name:`).
+_KEY_FOLLOWERS = re.compile(r"[ \t]*[={:]")
 
 
 class _Skipper:
@@ -65,34 +69,169 @@ class _Skipper:
 
     def __init__(self) -> None:
         self.skipping = False
+        #: Skipping the rest of one member (attribute, block, param) rather than a whole block.
+        self.member = False
+        #: Unclosed `{` (and, skipping a member, unclosed `[` and `(`) among skipped tokens.
         self.depth = 0
+        self.brackets = 0
         self.text = ""
 
     def reset(self, text: str) -> None:
-        self.skipping, self.depth, self.text = False, 0, text
+        self.skipping, self.member, self.depth, self.brackets = False, False, 0, 0
+        self.text = text
+        #: ``(offset, offset of a `{`)``: put a `}` before the first token at the offset.
+        self.closes: list[tuple[int, int]] = []
+        #: Tokens read from the lexer and not yet examined, and examined and not yet parsed.
+        self.queue: list[lark.Token] = []
+        self.ready: list[lark.Token] = []
+        self.previous: lark.Token | None = None
 
     def start_skipping(self) -> None:
-        self.skipping, self.depth = True, 0
+        """Drop a whole top-level block: through its closing brace, or to the next keyword."""
+        self.skipping, self.member, self.depth = True, False, 0
+        self.previous = None
+
+    def start_member_skip(self, braces: int, brackets: int) -> None:
+        """Drop the rest of a member the parser could not make sense of, inside ``braces``
+        unclosed `{` and ``brackets`` unclosed `[`/`(`, up to the first token of a later line
+        that can start a member, the `}` that closes the enclosing block, or a top-level
+        keyword; parsing resumes at that token.  A line that plainly starts a member
+        (``name =``, ``name {``) ends the skip even inside brackets, since a list missing its
+        `]` is a likelier mistake than a list holding ``name = value``."""
+        self.skipping, self.member, self.depth, self.brackets = True, True, braces, brackets
+        self.previous = None
+
+    def _starts_member(self, token: lark.Token, braces: int, brackets: int) -> bool:
+        """Whether ``token``, first on its line, can start a member, given the unclosed
+        braces and brackets before it."""
+        if braces > 0 or token.type not in ("NAME", "STRING") or not self._first_on_line(token):
+            return False
+        # A quoted key is always followed by `=` or `{`; a string alone is a list item.
+        return (brackets <= 0 and token.type == "NAME"
+                or _KEY_FOLLOWERS.match(self.text, token.end_pos or 0) is not None)
+
+    def _first_on_line(self, token: lark.Token) -> bool:
+        i = (token.start_pos or 0) - 1
+        text = self.text
+        while i >= 0 and text[i] in " \t\r\f":
+            i -= 1
+        return i < 0 or text[i] == "\n"
 
     def skip(self, token: lark.Token) -> bool:
         """While skipping: ``True`` if ``token`` is dropped, ``False`` if skipping ends at it."""
+        if self.member:
+            kind = token.type
+            if (kind in TOP_LEVEL_KEYWORDS and self._opens_block(token)
+                    or kind == "RBRACE" and self.depth <= 0
+                    or self._starts_member(token, self.depth, self.brackets)):
+                self.skipping, self.member, self.depth, self.brackets = False, False, 0, 0
+                return False
+            if kind == "LBRACE":
+                self.depth += 1
+            elif kind == "RBRACE":
+                self.depth -= 1
+            elif kind in ("LSQB", "LPAR"):
+                self.brackets += 1
+            elif kind in ("RSQB", "RPAR"):
+                self.brackets -= 1
+            return True
+        # A whole block: up to the next top-level keyword outside braces (a block whose `{`
+        # is missing ends with a `}` too many, hence `<= 0`).
         if token.type == "LBRACE":
             self.depth += 1
         elif token.type == "RBRACE":
             self.depth -= 1
-            if self.depth <= 0:
-                self.skipping, self.depth = False, 0
-        elif self.depth <= 0 and token.type in TOP_LEVEL_KEYWORDS:
+        elif self.depth <= 0 and token.type in TOP_LEVEL_KEYWORDS and self._opens_block(token):
             self.skipping, self.depth = False, 0
             return False
         return True
 
+    def _opens_block(self, token: lark.Token) -> bool:
+        """Whether a keyword is followed by what starts its block (the top-level lexer state
+        reads `params` in a skipped `params.lr` as the keyword)."""
+        follow = _KEYWORD_FOLLOWERS.get(str(token))
+        return follow is not None and follow.match(self.text, token.end_pos or 0) is not None
+
     def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
-        for token in stream:
-            token = self.keyword(token)
-            if self.skipping and self.skip(token):
-                continue
-            yield token
+        # Tokens wait on the object, not in this generator: after a syntax error lark resumes
+        # with a new generator, and a token this one had read but not yet handed over (one
+        # after an inserted `}` or stand-in value) must not be lost.
+        yield from self._drain()
+        for real in stream:
+            self.queue.extend(self.closing(real))
+            yield from self._drain()
+
+    def _drain(self) -> Iterator[lark.Token]:
+        while self.ready or self.queue:
+            if self.ready:
+                yield self.ready.pop(0)
+            else:
+                self.ready.extend(self.one(self.queue.pop(0)))
+
+    def closing(self, token: lark.Token) -> list[lark.Token]:
+        """``token``, preceded by the `}` that indentation says are missing before it."""
+        tokens = []
+        while self.closes and token.start_pos is not None \
+                and token.start_pos >= self.closes[0][0]:
+            before, brace = self.closes.pop(0)
+            tokens.append(self.missing_close(before, brace))
+        tokens.append(token)
+        return tokens
+
+    def missing_close(self, before: int, brace: int) -> lark.Token:
+        state = _Holder.state
+        if state is not None and len(state.diagnostics) < MAX_SYNTAX_ERRORS and \
+                state.source.line_col(brace)[0] != state.open_string_line:
+            # (An unterminated string that ate the `}` is the one mistake to report.)
+            source = state.source
+            line = source.line_col(before)[0]
+            state.diagnostics.append(error(
+                "P0103", "unclosed block: this `{` has no matching `}`",
+                Span(source, brace, brace + 1), "this `{` is never closed",
+                extra=(Label(Span(source, before, before), "the block seems to end before "
+                             "this line, judging by indentation"),),
+                help=f"add `}}` before line {line}"))
+        return lark.Token("RBRACE", "}", start_pos=before, end_pos=before)
+
+    def one(self, token: lark.Token) -> list[lark.Token]:
+        """What the parser gets for one token: nothing (skipped), the token, or a stand-in
+        for a missing value and then the token."""
+        token = self.keyword(token)
+        if self.skipping and self.skip(token):
+            return []
+        if token.type == "OPEN_STRING":
+            self.open_string(token)
+        previous, self.previous = self.previous, token
+        if (previous is not None and previous.type == "EQUAL" and token.type == "NAME"
+                and token.end_pos is not None and self._first_on_line(token)
+                and _KEY_FOLLOWERS.match(self.text, token.end_pos)):
+            return [self.missing_value(previous), token]
+        return [token]
+
+    def open_string(self, token: lark.Token) -> None:
+        """Report an unterminated string when it is read, so that it is reported even when
+        the member holding it is abandoned by error recovery (it ate the rest of its line,
+        closing brackets included, so the next syntax error is usually its consequence)."""
+        state = _Holder.state
+        if state is None or len(state.diagnostics) >= MAX_SYNTAX_ERRORS:
+            return
+        state.diagnostics.append(error(
+            "P0107", "unterminated string", _span_of(token, state.source),
+            "this string is never closed",
+            help='add the closing `"` on the same line (use a heredoc for multi-line text)'))
+        state.open_string_line = token.line or 0
+
+    def missing_value(self, equal: lark.Token) -> lark.Token:
+        """``name =`` at the end of a line whose next line starts another member: report the
+        missing value at the `=`, and stand in an empty string spanning the `=` (diagnostics
+        about that stand-in are dropped as consequences, see ``validate.drop_consequences``)."""
+        state = _Holder.state
+        if state is not None and len(state.diagnostics) < MAX_SYNTAX_ERRORS:
+            state.diagnostics.append(error(
+                "P0100", "missing value after `=`", _span_of(equal, state.source),
+                "expected a value after this `=`",
+                help="write the value on the same line, e.g. `memory = 32Gi`"))
+        return lark.Token.new_borrow_pos("STRING", '""', equal)
 
     def keyword(self, token: lark.Token) -> lark.Token:
         follow = _KEYWORD_FOLLOWERS.get(str(token)) if token.type == "NAME" else None
@@ -112,6 +251,8 @@ class _ParseState:
     unterminated_heredoc: bool = False
     recoveries: int = 0
     gave_up: bool = False
+    #: Line of the last unterminated string; a syntax error on it or the next line follows.
+    open_string_line: int = -10
 
 
 class _Holder:
@@ -171,9 +312,23 @@ def parse(source: Source) -> tuple[st.File | None, list[Diagnostic]]:
     pre = _precheck(source)
     if pre is not None:
         return None, [pre]
+    file, diagnostics = _parse(source, [])
+    if any(d.code == "P0103" for d in diagnostics):
+        # A `{` without its `}`: the parser notices only at the end of the enclosing block or
+        # file, after reading the following members into the wrong block.  Indentation usually
+        # tells which block lacks its `}` and where it ends; parse again with `}` put there.
+        closes = _indentation_closes(source)
+        if closes:
+            return _parse(source, closes)
+    return file, diagnostics
+
+
+def _parse(source: Source, closes: list[tuple[int, int]]) -> tuple[st.File | None,
+                                                                   list[Diagnostic]]:
     state = _ParseState(source)
     _Holder.state = state
     _Holder.skipper.reset(source.text)
+    _Holder.skipper.closes = list(closes)
     try:
         tree = _parser().parse(source.text, on_error=lambda e: _recover(e, state))
     except UnexpectedInput as exc:
@@ -201,10 +356,24 @@ def _precheck(source: Source) -> Diagnostic | None:
     if nul != -1:
         return error("P0002", "input contains NUL bytes; is this a binary file?",
                      Span(source, nul, nul + 1), "NUL byte")
+    if not _may_nest_too_deep(text):
+        return None
     depth = 0
-    for match in re.finditer(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*|[{\[(]|[}\])]', text):
+    pos = 0
+    unclosed_tags: set[str] = set()
+    while (match := _NESTING_SCAN_RE.search(text, pos)) is not None:
+        pos = match.end()
         token = match.group()
-        if token in "{[(":
+        tag = match.group("tag")
+        if tag is not None:
+            # Heredoc bodies are verbatim text (shell scripts): their braces do not nest.
+            end = None if tag in unclosed_tags else re.compile(
+                rf"^[ \t]*{tag}(?![A-Za-z0-9_])", re.M).search(text, pos)
+            if end is None:
+                unclosed_tags.add(tag)  # the parser reports it; searching again is quadratic
+            else:
+                pos = end.end()
+        elif token in "{[(":
             depth += 1
             if depth > MAX_NESTING:
                 return error("P0003", f"blocks and lists are nested more than {MAX_NESTING} deep",
@@ -213,6 +382,71 @@ def _precheck(source: Source) -> Diagnostic | None:
         elif token in "}])":
             depth = max(0, depth - 1)
     return None
+
+
+# The fast check over-counts (it does not skip heredoc bodies), so it never misses deep nesting;
+# the exact scan skips strings, comments and heredoc bodies, in one left-to-right pass.
+_STRING_OR_COMMENT_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|//[^\n]*')
+_NESTING_SCAN_RE = re.compile(_STRING_OR_COMMENT_RE.pattern
+                              + r"|<<-?(?P<tag>[A-Za-z_][A-Za-z0-9_]*)[ \t]*\n|[{\[(]|[}\])]")
+_NOT_BRACKET_RE = re.compile(r"[^{}\[\]()]+")
+_BRACKET_DELTA = {"{": 1, "[": 1, "(": 1, "}": -1, "]": -1, ")": -1}
+
+
+def _may_nest_too_deep(text: str) -> bool:
+    """Whether brackets outside strings and comments nest more than ``MAX_NESTING`` deep, as
+    the exact scan in :func:`_precheck` counts them (a stray closer counts as depth 0), computed
+    at C speed: that scan visits every bracket in Python, seconds for a 16 MiB file."""
+    if sum(text.count(c) for c in "{[(") <= MAX_NESTING:
+        return False
+    brackets = _NOT_BRACKET_RE.sub("", _STRING_OR_COMMENT_RE.sub("", text))
+    sums = list(itertools.accumulate(map(_BRACKET_DELTA.__getitem__, brackets)))
+    # The depth clamped at 0 is the running sum minus the lowest running sum so far (or 0).
+    lowest = itertools.islice(itertools.accumulate(sums, min, initial=0), 1, None)
+    return max(map(operator.sub, sums, lowest), default=0) > MAX_NESTING
+
+
+_BRACE_SCAN_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'[^\'\n]*\'|#[^\n]*|//[^\n]*|[{}]')
+_MAX_CLOSES = 10
+
+
+def _indentation_closes(source: Source) -> list[tuple[int, int]]:
+    """Where indentation says a block ends although its `}` is missing: ``(offset before which
+    to close it, offset of its `{`)`` pairs, in order.  A `}` that starts a line closes the
+    block opened on the last line indented like it; blocks opened on lines indented deeper
+    are unclosed and end before the first later line indented no deeper than theirs."""
+    text = source.text
+    indents: dict[int, int] = {}
+
+    def indent(line: int) -> int:
+        if line not in indents:
+            row = source.line_text(line)
+            indents[line] = len(row) - len(row.lstrip(" \t"))
+        return indents[line]
+
+    stack: list[tuple[int, int, int]] = []  # (offset of `{`, its line, that line's indent)
+    unclosed: list[tuple[int, int, int]] = []
+    for match in _BRACE_SCAN_RE.finditer(text):
+        token = match.group()
+        if token == "{":
+            line = source.line_col(match.start())[0]
+            stack.append((match.start(), line, indent(line)))
+        elif token == "}":
+            line, column = source.line_col(match.start())
+            if column - 1 == indent(line):
+                while stack and stack[-1][2] > indent(line) and len(unclosed) < _MAX_CLOSES:
+                    unclosed.append(stack.pop())
+            if stack:
+                stack.pop()
+    closes = []
+    for offset, line, depth in unclosed:
+        for later in range(line + 1, source.line_count + 1):
+            row = source.line_text(later)
+            body = row.lstrip(" \t")
+            if body and not body.startswith(("#", "//")) and len(row) - len(body) <= depth:
+                closes.append((source.line_offset(later) + len(row) - len(body), offset))
+                break
+    return sorted(closes)
 
 
 # -- error recovery ---------------------------------------------------------------------------
@@ -267,11 +501,10 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
     if not isinstance(exc, UnexpectedToken):
         return False
     token, ip = exc.token, exc.interactive_parser
-    if skipper.skipping and token.type != "$END":
-        # The contextual lexer rejected a token of the skipped block before the post-lexer saw
-        # it; drop it too.  A top-level keyword ends the skip and is recovered from below.
-        if skipper.skip(token):
-            return True
+    # The contextual lexer rejected a token of a skipped block before the post-lexer saw it;
+    # drop it too.  A top-level keyword ends the skip and is recovered from below.
+    if skipper.skipping and token.type != "$END" and skipper.skip(token):
+        return True
     accepts: set[str] = set(exc.accepts or exc.expected)
     span = _span_of(token, source)
     diags = state.diagnostics
@@ -289,7 +522,9 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
             return True
         return False
 
-    if token.type in TOP_LEVEL_KEYWORDS and "RBRACE" in accepts:
+    if token.type in TOP_LEVEL_KEYWORDS and _innermost_open_brace(ip) is not None:
+        if "RBRACE" not in accepts:
+            _pop_to_boundary(ip)  # a member left half-written before the new block
         brace = _innermost_open_brace(ip)
         if brace is not None:
             diags.append(error(
@@ -316,9 +551,21 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
         ip.feed_token(token)
         return True
 
-    if token.type == "COMMA" and "RBRACE" in accepts and "RSQB" not in accepts:
+    if token.type == "COMMA" and "RBRACE" in accepts and "RSQB" not in accepts \
+            and _MEMBER_AHEAD.match(source.text, token.end_pos or 0):
         diags.append(error("P0104", "commas do not separate attributes", span, "remove this `,`",
                            help="put attributes on separate lines, or separate them with spaces"))
+        return True
+
+    if "LBRACE" in accepts and token.type not in ("LBRACE", "$END") \
+            and _after_block_header(ip) and _Holder.skipper._first_on_line(token) \
+            and _accepts_after(ip, "LBRACE", token):
+        # `stage "x"` or `defaults` with the `{` forgotten at the end of the line.
+        diags.append(error("P0100", "missing `{`", span, "expected `{` before this",
+                           help="a block is written `name { ... }`, the `{` on the line of "
+                                "its name"))
+        ip.feed_token(lark.Token("LBRACE", "{"))
+        ip.feed_token(token)
         return True
 
     if token.type == "NAME" and "STAGE" in accepts:
@@ -332,19 +579,90 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
     if token.type == "EQUAL" and "COLON" in accepts:
         diags.append(error("P0100", "a param is declared `name: type = default`", span,
                            "expected `:` and a type", help="for example `epochs: int = 3`"))
-        _Holder.skipper.start_skipping()
-        _close_open_blocks(ip, set(TOP_LEVEL_KEYWORDS) | {"$END"})
+        state.last_generic_line = span.line
+        _resync(ip, token)
         return True
 
-    if span.line != state.last_generic_line:
+    if span.line - state.open_string_line <= 1:
+        state.open_string_line = -10  # the unterminated string's consequence, reported once
+    elif span.line != state.last_generic_line:
         diags.append(_generic(exc, state))
     state.last_generic_line = span.line
+    _resync(ip, token)
     return True
+
+
+_OPENERS = ("LBRACE", "LSQB", "LPAR")
+
+
+def _after_block_header(ip: Any) -> bool:
+    """Whether the parser just read a top-level block's header (`stage "x"`, `defaults`)."""
+    stack = ip.parser_state.value_stack
+    top = stack[-1] if stack else None
+    keyword = stack[-2] if len(stack) > 1 else None  # before the label
+    return (isinstance(top, lark.Token) and top.type in ("PARAMS", "DEFAULTS")
+            or isinstance(keyword, lark.Token) and keyword.type in ("STAGE", "PIPELINE"))
+
+
+def _accepts_after(ip: Any, inserted: str, token: lark.Token) -> bool:
+    """Whether the parser would take ``token`` after an ``inserted`` token."""
+    trial = ip.copy()
+    try:
+        trial.feed_token(lark.Token(inserted, ""))
+    except UnexpectedInput:
+        return False
+    return token.type in trial.accepts()
+#: A comma is "between attributes" when a member follows it (else a list lost its `[`).
+_MEMBER_AHEAD = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_-]*|"(?:[^"\\\n]|\\.)*")\s*[={]')
+#: A state that accepts one of these is inside a value (a reference that may go on with `.`
+#: or become a call, a list or call's items), not between two members.
+_INSIDE_VALUE = {"DOT", "LPAR", "COMMA", "RSQB", "RPAR"}
+
+
+def _pop_to_boundary(ip: Any) -> tuple[int, int, set[str]]:
+    """Pop the parser's stack back to a state between two members (or top-level blocks);
+    return the unclosed `{` and `[`/`(` popped, and what the parser accepts then."""
+    ps = ip.parser_state
+    braces = brackets = 0
+    accepts: set[str] = ip.accepts()
+    while len(ps.state_stack) > 1 and "STAGE" not in accepts and (
+            "RBRACE" not in accepts or accepts & _INSIDE_VALUE):
+        ps.state_stack.pop()
+        value = ps.value_stack.pop()
+        if isinstance(value, lark.Token) and value.type == "LBRACE":
+            braces += 1
+        elif isinstance(value, lark.Token) and value.type in ("LSQB", "LPAR"):
+            brackets += 1
+        accepts = ip.accepts()
+    return braces, brackets, accepts
+
+
+def _resync(ip: Any, token: lark.Token) -> None:
+    """Panic-mode recovery after an unexpected ``token``: abandon the member being parsed
+    (pop the parser's stack back to the enclosing block, between two members) and resume at
+    ``token`` if it can start a new member there, or else at the next token that can, so the
+    rest of the file is parsed as written instead of reported as a cascade of errors."""
+    popped_braces, popped_brackets, accepts = _pop_to_boundary(ip)
+    # Unclosed `{` and `[`/`(` among what is dropped, the offending token included.
+    braces = popped_braces + (1 if token.type == "LBRACE" else 0)
+    brackets = popped_brackets + (1 if token.type in ("LSQB", "LPAR") else 0)
+    skipper = _Holder.skipper
+    if "STAGE" in accepts and "RBRACE" not in accepts:
+        # Between top-level blocks: drop tokens up to the next block.
+        skipper.start_skipping()
+        skipper.depth = braces
+        return
+    skipper.previous = None  # what the parser saw last was just undone
+    if token.type in accepts and (token.type in TOP_LEVEL_KEYWORDS or token.type == "RBRACE"
+                                  or skipper._starts_member(token, braces, brackets)):
+        ip.feed_token(token)
+        return
+    skipper.start_member_skip(braces, brackets)
 
 
 def _recover_characters(exc: UnexpectedCharacters, state: _ParseState) -> bool:
     source = state.source
-    pos = exc.pos_in_stream
+    pos: int = exc.pos_in_stream if exc.pos_in_stream is not None else len(source.text)
     char = source.text[pos] if pos < len(source.text) else ""
     if pos == state.last_char_error_end and state.diagnostics:
         # Extend the previous diagnostic over a run of junk rather than report each byte.
@@ -363,6 +681,7 @@ def _recover_characters(exc: UnexpectedCharacters, state: _ParseState) -> bool:
                                                   if "\n" in source.text[pos:] else pos + 2),
             "this heredoc has no closing tag",
             help="end it with a line holding only its tag, e.g. `EOT`"))
+        state.gave_up = True  # the rest of the file is the heredoc's body: nothing to add
         return False
     printable = char if char.isprintable() else f"U+{ord(char):04X}" if char else "?"
     state.diagnostics.append(error(
@@ -381,8 +700,10 @@ def _generic(exc: UnexpectedInput, state: _ParseState) -> Diagnostic:
         what = what.split(" ", 1)[1] if what.startswith(("a ", "an ")) else what
         return error("P0100", f"unexpected {what}", span, "not expected here",
                      help=f"expected one of: {_expected(accepts)}")
-    pos = getattr(exc, "pos_in_stream", None) or len(source.text)
-    return error("P0100", "syntax error", Span(source, pos, pos + 1), "here")
+    pos = getattr(exc, "pos_in_stream", None)
+    pos = len(source.text) if pos is None else min(pos, len(source.text))
+    return error("P0100", "syntax error", Span(source, pos, min(pos + 1, len(source.text))),
+                 "here")
 
 
 # -- tree -> syntax nodes ---------------------------------------------------------------------
@@ -517,11 +838,8 @@ class _TreeBuilder:
                 "P0105", "strings use double quotes", span, "single-quoted",
                 help=f'write "{str(first)[1:-1]}"'))
             return st.StrValue(span, [str(first)[1:-1]])
-        if kind == "open_string":
+        if kind == "open_string":  # reported by the post-lexer (_Skipper.open_string)
             assert isinstance(first, lark.Token)
-            self.state.diagnostics.append(error(
-                "P0107", "unterminated string", span, "this string is never closed",
-                help='add the closing `"` on the same line (use a heredoc for multi-line text)'))
             return st.StrValue(span, [str(first)[1:]])
         if kind == "heredoc":
             assert isinstance(first, lark.Token)

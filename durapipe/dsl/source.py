@@ -29,6 +29,10 @@ class Source:
         line = bisect.bisect_right(self._line_starts, offset) - 1
         return line + 1, offset - self._line_starts[line] + 1
 
+    def line_offset(self, line: int) -> int:
+        """The offset of the first character of a 1-based line."""
+        return self._line_starts[line - 1]
+
     def line_text(self, line: int) -> str:
         """The text of a 1-based line, without its newline."""
         start = self._line_starts[line - 1]

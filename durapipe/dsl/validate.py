@@ -28,9 +28,34 @@ _RANGE_TYPES = {"greater_than", "greater_than_equal", "less_than", "less_than_eq
                 "too_short", "too_long"}
 
 
+#: Parts of a pydantic error location that name a member of a union, not a field.
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "tuple", "dict"}
+
+
 def _describe_loc(loc: tuple[Any, ...]) -> str:
-    names = [str(p) for p in loc if isinstance(p, str) and p[0].isalpha()]
+    names = [str(p) for p in loc if isinstance(p, str) and p[:1].isalpha()
+             and p[:1].islower() and p not in _UNION_TAGS and "[" not in p]
     return names[-1] if names else "value"
+
+
+#: Pydantic's wording -> the language's (a tuple or list is a `[...]` list, a model a block).
+_MESSAGE_WORDS = (
+    ("a valid dictionary or instance of ref", "a reference such as `prep.outputs.data`"),
+    ("a valid dictionary or instance of secret", 'a `secret("name", "key")` call'),
+    ("a valid dictionary or instance of", "a block"),
+    ("a valid dictionary", "a block"),
+    ("a valid tuple", "a list"),
+    ("a valid list", "a list"),
+)
+
+
+def _wording(message: str) -> str:
+    message = message.lower()
+    for old, new in _MESSAGE_WORDS:
+        if old in message:
+            message = message.replace(old, new)
+            break
+    return message
 
 
 _PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
@@ -104,20 +129,92 @@ def translate_errors(errors: Iterable[Any], source_map: SourceMap,
             key: tuple[object, ...] = (loc, "missing")
         else:
             span = lookup(source_map, loc) or fallback
-            if kind in ("bad_quantity", "bad_duration"):
+            if isinstance(err.get("input"), (Ref, Interp)):
+                code, message = "P0203", (f"`{field}` cannot hold a reference; only `command`, "
+                                          "`args`, `env` and `inputs` refer to params and outputs")
+            elif kind in ("bad_quantity", "bad_duration"):
                 code, message = "P0205", f"`{field}`: {err['msg']}"
             elif kind in _RANGE_TYPES:
                 code, message = "P0204", f"`{field}` is out of range: {err['msg'].lower()}"
             elif kind in ("literal_error", "enum"):
                 code, message = "P0206", f"`{field}`: {err['msg'].lower()}"
             else:
-                code, message = "P0203", f"`{field}` has the wrong type: {err['msg'].lower()}"
+                code, message = "P0203", f"`{field}` has the wrong type: {_wording(err['msg'])}"
             diag = error(code, message, span, "invalid value")
             key = (span.sort_key() if span else loc,)
         if key not in seen:
             seen.add(key)
             diagnostics.append(diag)
     return diagnostics
+
+
+def drop_consequences(errors: list[Diagnostic], earlier: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """Type errors about a value that an earlier phase already reported inside (an unknown
+    function, a bad ``needs`` entry): the value was dropped there, so say nothing more."""
+    reported = [d.span for d in earlier if d.is_error and d.span is not None]
+    out = []
+    for diag in errors:
+        span = diag.span
+        if diag.code != "P0202" and span is not None and any(
+                r.source is span.source and span.start <= r.start and r.end <= span.end
+                for r in reported):
+            continue
+        out.append(diag)
+    return out
+
+
+_LOSSY_SYNTAX = {"P0100", "P0103", "P0107"}
+_DID_YOU_MEAN_RE = re.compile(r"did you mean `([^`]+)`\?")
+
+
+def drop_missing_after_mistakes(diagnostics: list[Diagnostic],
+                                blocks: Iterable[tuple[str, str | None, Span]]
+                                ) -> list[Diagnostic]:
+    """Errors about something missing or unknown that an earlier mistake explains.
+
+    ``blocks`` are the file's top-level blocks: kind (`pipeline`, `params`, `defaults`,
+    `stage`), label, span.  A syntax error inside a block makes error recovery drop part of
+    it, and a misspelt block or attribute name drops it all, so: a stage's missing `image` or
+    `command` when its block or `defaults` has a syntax error; a missing `pipeline` block after
+    any syntax error; unknown params when `params` has one; a missing `storage` when the
+    pipeline block has one; references to a stage whose block has one; and whatever a typo
+    named in an unknown-name error (``imag`` -> "did you mean `image`?") would have provided.
+    """
+    # Syntax errors after which recovery dropped tokens (the others are repaired in place).
+    syntax = [d.span for d in diagnostics if d.code in _LOSSY_SYNTAX and d.span is not None]
+    spans = [(kind, label, span) for kind, label, span in blocks]
+
+    def has_syntax_error(span: Span) -> bool:
+        return any(span.start <= e.start < span.end for e in syntax)
+
+    broken = {kind for kind, _, span in spans if kind != "stage" and has_syntax_error(span)}
+    broken_stages = {label for kind, label, span in spans
+                     if kind == "stage" and label and has_syntax_error(span)}
+    typos = {m.group(1) for d in diagnostics if d.code in ("P0201", "P0207") and d.help
+             for m in [_DID_YOU_MEAN_RE.search(d.help)] if m}
+
+    def explained(diag: Diagnostic) -> bool:
+        message, at = diag.message, diag.span
+        if diag.code == "P0202" and message.startswith("missing the `pipeline"):
+            return bool(syntax) or "pipeline" in typos
+        if diag.code in ("P0202", "P0306"):
+            if any(message == f"missing required attribute `{t}`" for t in typos):
+                return True
+            if "defaults" in broken or "defaults" in typos:
+                return True
+            return at is not None and any(kind == "stage" and span.start <= at.start < span.end
+                                          and has_syntax_error(span)
+                                          for kind, _, span in spans)
+        if diag.code == "P0301":
+            if message.startswith("unknown param"):
+                return "params" in broken or "params" in typos
+            return "stage" in typos or any(f"`{name}." in message or f"`{name}`" in message
+                                           for name in broken_stages)
+        if diag.code == "P0317":
+            return "pipeline" in broken or "pipeline" in typos or "storage" in typos
+        return False
+
+    return [d for d in diagnostics if not explained(d)]
 
 
 # -- semantic checks --------------------------------------------------------------------------
@@ -249,7 +346,10 @@ class _Checker:
             elif name == stage.name:
                 self.add(error("P0308", f'stage "{stage.name}" needs itself', span,
                                "self-reference"))
-        if (stage.command is None) == (stage.script is None):
+        written = any((*base, key) in self.sm for key in ("command", "script"))
+        if stage.command is not None and stage.script is not None or (
+                stage.command is None and stage.script is None and not written):
+            # (A `command` or `script` that was written but is invalid is reported already.)
             both = stage.command is not None
             self.add(error("P0306", f'stage "{stage.name}" '
                            + ("sets both `command` and `script`" if both
@@ -258,6 +358,11 @@ class _Checker:
                            "choose one" if both else "nothing to run",
                            help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
         self.resources(i, stage)
+        for name in ("backoff_factor", "max_backoff"):
+            if name in stage.retry.model_fields_set and stage.retry.backoff is None:
+                self.add(error("P0319", f"`{name}` has no effect without `backoff`",
+                               self.at(*base, "retry", name, KEY), "has no effect",
+                               help=f"set `backoff = 30s` (the first delay) or drop `{name}`"))
         if stage.last_attempt_on_demand and not stage.interruptible:
             self.add(error("P0315", "`last_attempt_on_demand` needs `interruptible = true`",
                            self.at(*base, "last_attempt_on_demand"), "has no effect",
