@@ -1,0 +1,254 @@
+"""Build and run the Go tools under ``tools/`` that execute Argo Workflows' own code.
+
+``argo_check(paths)`` runs Argo's offline validation (``argo lint --offline``) and
+``run_scenario(scenario)`` runs a scenario through Argo's workflow controller (see
+docs/argo-harness.md). Both build their Go program on first use and cache the binary under
+``$DURAPIPE_TOOLS_CACHE`` (default ``~/.cache/durapipe/go-tools``), keyed by a hash of the Go
+sources and the Go version, so only a change to ``tools/`` pays for a rebuild. Where Go is
+missing or too old they call ``pytest.skip``; CI's ``DURAPIPE_STRICT_SKIPS=1`` turns that into a
+failure.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS = REPO_ROOT / "tools"
+ARGO_MODULE = "github.com/argoproj/argo-workflows/v4"
+CONTROLLER_PKG = f"{ARGO_MODULE}/workflow/controller"
+EXECUTOR_PKG = f"{ARGO_MODULE}/workflow/executor"
+#: Our test files (dir under tools/argo-sim) -> the Argo package dir they are overlaid into.
+OVERLAYS = {"harness": "workflow/controller", "conditions": "workflow/executor"}
+#: Argo v4.0.5 needs Go 1.25.7; our go.mod files say 1.26, so older toolchains cannot build.
+MIN_GO = (1, 26)
+BUILD_TIMEOUT_S = 1500
+
+
+class ToolError(RuntimeError):
+    """A Go tool failed to build or crashed (as opposed to reporting a finding)."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One Argo object as judged by Argo's validator."""
+
+    file: str
+    index: int
+    kind: str
+    name: str
+    ok: bool
+    error: str = ""
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The checkout may have no commit yet, and VCS stamping would then fail the build.
+    env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -buildvcs=false").strip()
+    # Never let `go` fetch another toolchain on its own: a too-old Go must skip, not download.
+    env["GOTOOLCHAIN"] = "local"
+    return env
+
+
+def go_or_skip() -> str:
+    """Path of a usable ``go``, or ``pytest.skip`` with the reason."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("Go is not installed; the Argo tools under tools/ need Go >= 1.26")
+    out = subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, env=_go_env(), check=False
+    ).stdout.strip()
+    m = re.match(r"go(\d+)\.(\d+)", out)
+    if m is None or (int(m[1]), int(m[2])) < MIN_GO:
+        pytest.skip(f"Go {out or '?'} is too old for the Argo tools (need >= 1.26)")
+    return go
+
+
+def cache_root() -> Path:
+    root = os.environ.get("DURAPIPE_TOOLS_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "durapipe" / "go-tools"
+
+
+def source_hash(tool_dir: Path, go: str) -> str:
+    """Hash of everything that decides the build: Go sources, module files and Go's version."""
+    h = hashlib.sha256()
+    h.update(subprocess.run([go, "version"], capture_output=True, check=True).stdout)
+    for path in sorted(tool_dir.rglob("*")):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+            h.update(str(path.relative_to(tool_dir)).encode() + b"\0")
+            h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise builds of one tool across concurrent pytest processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run_go(args: list[str], cwd: Path, env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise ToolError(f"{' '.join(args)} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
+
+
+def _cached_build(name: str, build: Any) -> Path:
+    go = go_or_skip()
+    tool_dir = TOOLS / name
+    out_dir = cache_root() / f"{name}-{source_hash(tool_dir, go)}"
+    binary = out_dir / name
+    if binary.exists():
+        return binary
+    with _locked(cache_root() / f"{name}.lock"):
+        if not binary.exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            tmp = out_dir / f".{name}.tmp"
+            build(go, tool_dir, out_dir, tmp)
+            tmp.replace(binary)  # atomic: a half-written binary is never picked up
+    return binary
+
+
+def build_argo_check() -> Path:
+    def build(go: str, tool_dir: Path, _out: Path, tmp: Path) -> None:
+        _run_go([go, "build", "-o", str(tmp), "."], tool_dir, _go_env())
+
+    return _cached_build("argo-check", build)
+
+
+def build_argo_sim() -> Path:
+    """Compile Argo's workflow/controller and workflow/executor test binaries with our
+    harness files added to them (``argo-sim`` and, beside it, ``argo-conditions``).
+
+    ``go test -overlay`` refuses to add files beneath GOMODCACHE, so a generated go.work
+    replaces the Argo module with a *symlink* to its (read-only, unmodified) module-cache
+    directory; the overlay then adds ``harness/zz_argosim_test.go`` to the package at build
+    time. No Argo file is copied or edited.
+    """
+
+    def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
+        env = _go_env()
+        env["GOWORK"] = "off"
+        _run_go([go, "mod", "download", ARGO_MODULE], tool_dir, env)
+        argo_dir = subprocess.run(
+            [go, "list", "-m", "-f", "{{.Dir}}", ARGO_MODULE],
+            cwd=tool_dir, env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        version = subprocess.run(
+            [go, "list", "-m", "-f", "{{.Version}}", ARGO_MODULE],
+            cwd=tool_dir, env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        link = out_dir / "argo-src"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(argo_dir, target_is_directory=True)
+        work = out_dir / "go.work"
+        work.write_text(
+            f"go 1.26\n\nuse {tool_dir}\n\nreplace {ARGO_MODULE} {version} => {link}\n"
+        )
+        overlay = out_dir / "overlay.json"
+        overlay.write_text(json.dumps({"Replace": {
+            str(link / pkg_dir / f.name): str(f)
+            for src, pkg_dir in OVERLAYS.items()
+            for f in sorted((tool_dir / src).glob("*_test.go"))
+        }}))
+        env["GOWORK"] = str(work)
+        # The executor's binary first: argo-sim appearing last marks the build complete.
+        _run_go(
+            [go, "test", "-c", "-vet=off", "-overlay", str(overlay),
+             "-o", str(out_dir / "argo-conditions"), EXECUTOR_PKG],
+            tool_dir, env,
+        )
+        _run_go(
+            [go, "test", "-c", "-vet=off", "-overlay", str(overlay), "-o", str(tmp),
+             CONTROLLER_PKG],
+            tool_dir, env,
+        )
+
+    return _cached_build("argo-sim", build)
+
+
+def argo_check(paths: Iterable[str | os.PathLike[str]], namespace: str = "") -> list[CheckResult]:
+    """Validate every Argo object in ``paths`` (files or directories) with Argo's own linter.
+
+    WorkflowTemplates and ClusterWorkflowTemplates among ``paths`` resolve ``templateRef``s.
+    Returns one result per object; a non-empty ``error`` says why Argo rejected it.
+    """
+    binary = build_argo_check()
+    args = [str(binary)]
+    if namespace:
+        args += ["-namespace", namespace]
+    args += [str(p) for p in paths]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode not in (0, 1):
+        raise ToolError(f"argo-check exited {proc.returncode}:\n{proc.stderr}")
+    results = [CheckResult(**json.loads(line)) for line in proc.stdout.splitlines() if line]
+    if (proc.returncode == 1) != any(not r.ok for r in results):
+        raise ToolError(f"argo-check exit code {proc.returncode} disagrees with its results")
+    return results
+
+
+def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Run one scenario (see tests/argo/scenarios/) through Argo's controller; return its report."""
+    binary = build_argo_sim()
+    with tempfile.TemporaryDirectory(prefix="argosim-") as tmp:
+        inp = Path(tmp) / "in.json"
+        out = Path(tmp) / "out.json"
+        inp.write_text(json.dumps(scenario))
+        # Without INFORMER_WRITE_BACK Argo sleeps 1 s after every workflow update (v4.0).
+        env = dict(os.environ, ARGOSIM_IN=str(inp), ARGOSIM_OUT=str(out), INFORMER_WRITE_BACK="true")
+        proc = subprocess.run(
+            [str(binary), "-test.run", "^TestArgoSim$", "-test.count=1"],
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )
+        if not out.exists():
+            raise ToolError(f"argo-sim wrote no report (exit {proc.returncode}):\n"
+                            f"{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}")
+        report: dict[str, Any] = json.loads(out.read_text())
+        report["_log"] = proc.stdout[-20000:]
+        return report
+
+
+def resource_conditions(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evaluate resource-template success/failure conditions with Argo's executor code.
+
+    Each case: ``name``, ``successCondition``, ``failureCondition``, ``object`` (the resource
+    as the API server returns it). Returns ``{name, verdict, error}`` with verdict
+    ``succeeded``, ``failed``, ``waiting`` (neither matched yet) or ``invalid``.
+    """
+    binary = build_argo_sim().parent / "argo-conditions"
+    with tempfile.TemporaryDirectory(prefix="argocond-") as tmp:
+        inp = Path(tmp) / "in.json"
+        out = Path(tmp) / "out.json"
+        inp.write_text(json.dumps(cases))
+        env = dict(os.environ, ARGOSIM_IN=str(inp), ARGOSIM_OUT=str(out))
+        proc = subprocess.run(
+            [str(binary), "-test.run", "^TestArgoSimConditions$", "-test.count=1"],
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        if proc.returncode != 0 or not out.exists():
+            raise ToolError(f"argo-conditions failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
+        result: list[dict[str, Any]] = json.loads(out.read_text())
+        return result

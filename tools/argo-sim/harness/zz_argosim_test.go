@@ -1,0 +1,662 @@
+// Package controller: this file is NOT part of Argo. durapipe adds it to Argo's
+// workflow/controller package at build time with `go test -overlay` (see
+// docs/argo-harness.md), so that it can use Argo's own in-package test helpers
+// (newController, newWorkflowOperationCtx, woc.operate) without copying any Argo code.
+//
+// TestArgoSim reads a scenario (JSON, path in $ARGOSIM_IN), steps Argo's real operator
+// synchronously over fake Kubernetes/Argo clientsets, plays the kubelet for every pod the
+// controller creates according to the scenario's per-attempt outcomes, and writes a report
+// (JSON, path in $ARGOSIM_OUT): every node, the pod spec each attempt got, and the
+// workflow's final phase.
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/argoproj/argo-workflows/v4/pkg/apis/workflow"
+	wfv1 "github.com/argoproj/argo-workflows/v4/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v4/util/logging"
+	"github.com/argoproj/argo-workflows/v4/workflow/common"
+)
+
+// simOutcome is what the simulated kubelet does with one pod (one attempt).
+type simOutcome struct {
+	// succeeded | failed | oomkilled | deleted | deleted-pending | disrupted | shutdown | pending
+	Outcome string `json:"outcome"`
+	// failed: main's exit code (default 1).
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Termination message of main (what the durapipe runtime writes as its verdict).
+	Message string `json:"message,omitempty"`
+	// Minutes the pod runs (or, for pending, stays unschedulable) on the simulated clock.
+	Minutes float64 `json:"minutes,omitempty"`
+	// pending: what happens after the wait ("" = stays pending for ever).
+	Then *simOutcome `json:"then,omitempty"`
+	// succeeded: output parameters, published through a WorkflowTaskResult like the executor.
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// succeeded: the script/container `result` output.
+	Result *string `json:"result,omitempty"`
+}
+
+type simRun struct {
+	// Overrides of spec.arguments.parameters for this run (memoization scenarios resubmit).
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// Outcomes per node key (a pod node's display name without its "(N)" retry suffix),
+	// consumed in pod-creation order. A key with no outcome left succeeds.
+	Attempts map[string][]simOutcome `json:"attempts"`
+}
+
+type simScenario struct {
+	Name              string            `json:"name"`
+	Workflow          json.RawMessage   `json:"workflow"`
+	WorkflowTemplates []json.RawMessage `json:"workflowTemplates,omitempty"`
+	// Runs are separate submissions of the same workflow to one controller, so
+	// memoization caches (ConfigMaps) carry over from one run to the next.
+	Runs     []simRun `json:"runs"`
+	MaxSteps int      `json:"maxSteps,omitempty"`
+}
+
+type podReport struct {
+	Name                  string             `json:"name"`
+	MemoryLimit           string             `json:"memoryLimit,omitempty"`
+	MemoryRequest         string             `json:"memoryRequest,omitempty"`
+	Limits                map[string]string  `json:"limits,omitempty"`
+	NodeSelector          map[string]string  `json:"nodeSelector,omitempty"`
+	Tolerations           []apiv1.Toleration `json:"tolerations,omitempty"`
+	Affinity              *apiv1.Affinity    `json:"affinity,omitempty"`
+	Env                   map[string]string  `json:"env,omitempty"`
+	Args                  []string           `json:"args,omitempty"`
+	ActiveDeadlineSeconds *int64             `json:"activeDeadlineSeconds,omitempty"`
+	FinalPhase            string             `json:"finalPhase"`
+	Deleted               bool               `json:"deleted"`
+}
+
+type nodeReport struct {
+	ID          string                  `json:"id"`
+	Name        string                  `json:"name"`
+	DisplayName string                  `json:"displayName"`
+	Key         string                  `json:"key"`
+	Attempt     int                     `json:"attempt"`
+	Type        string                  `json:"type"`
+	Template    string                  `json:"template,omitempty"`
+	Phase       string                  `json:"phase"`
+	Message     string                  `json:"message,omitempty"`
+	ExitCode    string                  `json:"exitCode,omitempty"`
+	Outputs     map[string]string       `json:"outputs,omitempty"`
+	Memoization *wfv1.MemoizationStatus `json:"memoization,omitempty"`
+	Children    []string                `json:"children,omitempty"`
+	Outcome     string                  `json:"outcome,omitempty"`
+	PodsCreated int                     `json:"podsCreated,omitempty"`
+	Pod         *podReport              `json:"pod,omitempty"`
+}
+
+type runReport struct {
+	Workflow   string       `json:"workflow"`
+	Phase      string       `json:"phase"`
+	Message    string       `json:"message,omitempty"`
+	Steps      int          `json:"steps"`
+	SimMinutes float64      `json:"simMinutes"`
+	Nodes      []nodeReport `json:"nodes"`
+	// Pod nodes (attempts) in creation order, for easy assertions.
+	Attempts []nodeReport `json:"attempts"`
+}
+
+type simReport struct {
+	Scenario string      `json:"scenario"`
+	Runs     []runReport `json:"runs"`
+	Error    string      `json:"error,omitempty"`
+}
+
+var retrySuffix = regexp.MustCompile(`^(.*)\((\d+)\)$`)
+
+// nodeKey turns "train(2)" into ("train", 2); a pod node outside a retry is attempt 0.
+func nodeKey(display string) (string, int) {
+	if m := retrySuffix.FindStringSubmatch(display); m != nil {
+		var n int
+		fmt.Sscanf(m[2], "%d", &n)
+		return m[1], n
+	}
+	return display, 0
+}
+
+// keyOf names the step a node belongs to: its display name without the retry suffix, or
+// the template name for the workflow's root (whose display name is the workflow's name).
+func (s *simulator) keyOf(n *wfv1.NodeStatus) string {
+	key, _ := nodeKey(n.DisplayName)
+	if key == s.wf.Name {
+		return n.TemplateName
+	}
+	return key
+}
+
+// simPod tracks the simulated kubelet's plan for one pod.
+type simPod struct {
+	name     string
+	nodeID   string
+	key      string
+	outcome  simOutcome
+	stage    int // 0 created, 1 running/pending, 2 terminal
+	waitLeft time.Duration
+	deleted  bool
+	order    int
+}
+
+type simulator struct {
+	t       *testing.T
+	ctx     context.Context
+	c       *WorkflowController
+	wf      *wfv1.Workflow
+	pods    map[string]*simPod
+	queues  map[string][]simOutcome
+	elapsed time.Duration
+	steps   int
+	created int
+	// Last seen state of every pod, so deleted pods still show the spec they got.
+	podSnapshots map[string]*apiv1.Pod
+	// How many pods the controller created for each node (re-creations included).
+	podsPerNode map[string]int
+}
+
+const tick = 30 * time.Second
+
+// advance moves the simulated clock forward by d. Argo reads time.Now() directly, so
+// instead of moving "now" the harness moves every recorded timestamp into the past.
+func (s *simulator) advance(d time.Duration) {
+	s.elapsed += d
+	back := func(t *metav1.Time) {
+		if t != nil && !t.IsZero() {
+			t.Time = t.Add(-d)
+		}
+	}
+	back(&s.wf.Status.StartedAt)
+	back(&s.wf.Status.FinishedAt)
+	back(&s.wf.ObjectMeta.CreationTimestamp)
+	for id, n := range s.wf.Status.Nodes {
+		back(&n.StartedAt)
+		back(&n.FinishedAt)
+		s.wf.Status.Nodes[id] = n
+	}
+	pods := s.listPods()
+	for i := range pods {
+		p := &pods[i]
+		back(&p.CreationTimestamp)
+		back(p.Status.StartTime)
+		for j := range p.Status.Conditions {
+			back(&p.Status.Conditions[j].LastTransitionTime)
+		}
+		s.updatePod(p)
+	}
+}
+
+// simFatal is the harness's own failure, kept so that the report can say why it is partial.
+var simFatal string
+
+func (s *simulator) fatalf(format string, args ...any) {
+	simFatal = fmt.Sprintf(format, args...)
+	s.t.Fatal(simFatal)
+}
+
+// listPods lists this run's pods only: earlier runs' pods stay in the fake clientset.
+func (s *simulator) listPods() []apiv1.Pod {
+	list, err := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace).List(s.ctx, metav1.ListOptions{
+		LabelSelector: common.LabelKeyWorkflow + "=" + s.wf.Name,
+	})
+	if err != nil {
+		s.fatalf("list pods: %v", err)
+	}
+	return list.Items
+}
+
+func (s *simulator) updatePod(p *apiv1.Pod) {
+	podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
+	up, err := podcs.Update(s.ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		s.fatalf("update pod %s: %v", p.Name, err)
+	}
+	// The informer would deliver this asynchronously; Argo's own tests write the store too.
+	if err := s.c.PodController.TestingPodInformer().GetStore().Update(up); err != nil {
+		s.fatalf("pod store: %v", err)
+	}
+}
+
+func (s *simulator) operate() {
+	s.steps++
+	woc := newWorkflowOperationCtx(s.ctx, s.wf, s.c)
+	woc.operate(s.ctx)
+	s.wf = woc.wf
+}
+
+func mainContainerStatus(p *apiv1.Pod, state apiv1.ContainerState) {
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		st := apiv1.ContainerStatus{Name: c.Name, State: state}
+		if c.Name != common.MainContainerName {
+			// The wait container ends cleanly in every outcome we simulate.
+			if state.Terminated != nil {
+				st.State = apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+			} else {
+				st.State = apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{}}
+			}
+		}
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, st)
+	}
+}
+
+func (s *simulator) publishOutputs(sp *simPod, o simOutcome) {
+	outputs := wfv1.Outputs{}
+	names := make([]string, 0, len(o.Outputs))
+	for k := range o.Outputs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		outputs.Parameters = append(outputs.Parameters, wfv1.Parameter{Name: k, Value: wfv1.AnyStringPtr(o.Outputs[k])})
+	}
+	outputs.Result = o.Result
+	tr := &wfv1.WorkflowTaskResult{
+		TypeMeta: metav1.TypeMeta{APIVersion: workflow.APIVersion, Kind: workflow.WorkflowTaskResultKind},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      sp.nodeID,
+			Namespace: s.wf.Namespace,
+			Labels: map[string]string{
+				common.LabelKeyWorkflow:               s.wf.Name,
+				common.LabelKeyReportOutputsCompleted: "true",
+			},
+		},
+		NodeResult: wfv1.NodeResult{Phase: wfv1.NodeSucceeded, Outputs: &outputs},
+	}
+	created, err := s.c.wfclientset.ArgoprojV1alpha1().WorkflowTaskResults(s.wf.Namespace).Create(s.ctx, tr, metav1.CreateOptions{})
+	if err != nil {
+		s.fatalf("task result: %v", err)
+	}
+	_ = s.c.taskResultInformer.GetIndexer().Add(created)
+}
+
+// finish applies a terminal outcome to a running pod.
+func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
+	now := metav1.Now()
+	switch o.Outcome {
+	case "succeeded":
+		s.publishOutputs(sp, o)
+		p.Status.Phase = apiv1.PodSucceeded
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}})
+	case "failed":
+		code := int32(1)
+		if o.ExitCode != nil {
+			code = *o.ExitCode
+		}
+		p.Status.Phase = apiv1.PodFailed
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: o.Message, FinishedAt: now}})
+	case "oomkilled":
+		p.Status.Phase = apiv1.PodFailed
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled", Message: o.Message, FinishedAt: now}})
+	case "disrupted":
+		// Scheduler preemption or API eviction: Kubernetes adds the DisruptionTarget
+		// condition and SIGTERMs the containers; the pod carries no message of its own, so
+		// what Argo sees is main's exit code (143) and its termination message.
+		code := int32(143)
+		if o.ExitCode != nil {
+			code = *o.ExitCode
+		}
+		p.Status.Phase = apiv1.PodFailed
+		p.Status.Conditions = append(p.Status.Conditions, apiv1.PodCondition{
+			Type: apiv1.DisruptionTarget, Status: apiv1.ConditionTrue, Reason: "PreemptionByScheduler",
+			Message: "Kubernetes scheduler preempted the pod", LastTransitionTime: now,
+		})
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: o.Message, FinishedAt: now}})
+	case "shutdown":
+		// Graceful node shutdown (spot reclaim): kubelet's exact pod status.
+		p.Status.Phase = apiv1.PodFailed
+		p.Status.Reason = "Terminated"
+		p.Status.Message = "Pod was terminated in response to imminent node shutdown."
+		p.Status.Conditions = append(p.Status.Conditions, apiv1.PodCondition{
+			Type: apiv1.DisruptionTarget, Status: apiv1.ConditionTrue, Reason: "TerminationByKubelet",
+			Message: "Pod was terminated in response to imminent node shutdown.", LastTransitionTime: now,
+		})
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 143, Reason: "Error", FinishedAt: now}})
+	case "deleted":
+		// The node vanished (or someone deleted the pod): the pod object is gone.
+		podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
+		if err := podcs.Delete(s.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			s.fatalf("delete pod: %v", err)
+		}
+		_ = s.c.PodController.TestingPodInformer().GetStore().Delete(p)
+		sp.deleted = true
+		sp.stage = 2
+		return
+	default:
+		s.fatalf("unknown outcome %q", o.Outcome)
+	}
+	sp.stage = 2
+	s.updatePod(p)
+}
+
+// kubelet advances every pod one stage. It reports whether anything changed and the
+// shortest simulated wait that a pod still has (run time or pending time).
+func (s *simulator) kubelet() (bool, time.Duration) {
+	pods := s.listPods()
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	changed := false
+	var wait time.Duration
+	for i := range pods {
+		p := &pods[i]
+		sp, seen := s.pods[p.Name]
+		// A deleted pod that is back was re-created by the controller under the same name:
+		// a new pod, which takes the next outcome.
+		if !seen || sp.deleted {
+			nodeID := p.Annotations[common.AnnotationKeyNodeID]
+			if nodeID == "" {
+				nodeID = s.wf.NodeID(p.Annotations[common.AnnotationKeyNodeName])
+			}
+			node, err := s.wf.Status.Nodes.Get(nodeID)
+			if err != nil {
+				s.fatalf("pod %s has no node: %v", p.Name, err)
+			}
+			key := s.keyOf(node)
+			o := simOutcome{Outcome: "succeeded"}
+			if q := s.queues[key]; len(q) > 0 {
+				o, s.queues[key] = q[0], q[1:]
+			}
+			s.podsPerNode[nodeID]++
+			sp = &simPod{name: p.Name, nodeID: nodeID, key: key, outcome: o, order: s.created}
+			s.created++
+			s.pods[p.Name] = sp
+		}
+		if sp.stage == 2 {
+			continue
+		}
+		o := sp.outcome
+		switch sp.stage {
+		case 0:
+			now := metav1.Now()
+			if o.Outcome == "pending" || o.Outcome == "deleted-pending" {
+				p.Status.Phase = apiv1.PodPending
+				p.Status.Conditions = []apiv1.PodCondition{{
+					Type: apiv1.PodScheduled, Status: apiv1.ConditionFalse, Reason: apiv1.PodReasonUnschedulable,
+					Message: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", LastTransitionTime: now,
+				}}
+				sp.waitLeft = time.Duration(o.Minutes * float64(time.Minute))
+			} else {
+				p.Status.Phase = apiv1.PodRunning
+				p.Status.StartTime = &now
+				p.Status.Conditions = []apiv1.PodCondition{{Type: apiv1.PodScheduled, Status: apiv1.ConditionTrue, LastTransitionTime: now}}
+				mainContainerStatus(p, apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{StartedAt: now}})
+				sp.waitLeft = time.Duration(o.Minutes * float64(time.Minute))
+			}
+			sp.stage = 1
+			s.updatePod(p)
+			changed = true
+		case 1:
+			if sp.waitLeft > 0 {
+				if wait == 0 || sp.waitLeft < wait {
+					wait = sp.waitLeft
+				}
+				continue
+			}
+			if o.Outcome == "deleted-pending" {
+				// Deleted before it ever ran (spot capacity reclaimed while unschedulable).
+				s.finish(sp, p, simOutcome{Outcome: "deleted"})
+				changed = true
+				continue
+			}
+			if o.Outcome == "pending" {
+				if o.Then == nil {
+					continue // unschedulable for ever
+				}
+				// Scheduled at last: start over with the follow-up outcome.
+				sp.outcome = *o.Then
+				sp.stage = 0
+				changed = true
+				continue
+			}
+			s.finish(sp, p, o)
+			changed = true
+		}
+	}
+	return changed, wait
+}
+
+// spend lets simulated time pass for every waiting pod.
+func (s *simulator) spend(d time.Duration) {
+	for _, sp := range s.pods {
+		if sp.stage == 1 {
+			sp.waitLeft -= d
+		}
+	}
+	s.advance(d)
+}
+
+func (s *simulator) report() runReport {
+	r := runReport{Workflow: s.wf.Name, Phase: string(s.wf.Status.Phase), Message: s.wf.Status.Message,
+		Steps: s.steps, SimMinutes: s.elapsed.Minutes()}
+	byNode := map[string]*simPod{}
+	for _, sp := range s.pods {
+		byNode[sp.nodeID] = sp
+	}
+	podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
+	ids := make([]string, 0, len(s.wf.Status.Nodes))
+	for id := range s.wf.Status.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var attempts []nodeReport
+	var order []int
+	for _, id := range ids {
+		n := s.wf.Status.Nodes[id]
+		_, attempt := nodeKey(n.DisplayName)
+		nr := nodeReport{ID: id, Name: n.Name, DisplayName: n.DisplayName, Key: s.keyOf(&n), Attempt: attempt,
+			Type: string(n.Type), Template: n.TemplateName, Phase: string(n.Phase), Message: n.Message,
+			Memoization: n.MemoizationStatus, Children: n.Children}
+		if n.Outputs != nil {
+			if n.Outputs.ExitCode != nil {
+				nr.ExitCode = *n.Outputs.ExitCode
+			}
+			for _, p := range n.Outputs.Parameters {
+				if nr.Outputs == nil {
+					nr.Outputs = map[string]string{}
+				}
+				if p.Value != nil {
+					nr.Outputs[p.Name] = p.Value.String()
+				}
+			}
+		}
+		if sp := byNode[id]; sp != nil {
+			nr.Outcome = sp.outcome.Outcome
+			nr.PodsCreated = s.podsPerNode[id]
+			pr := &podReport{Name: sp.name, Deleted: sp.deleted}
+			pod, err := podcs.Get(s.ctx, sp.name, metav1.GetOptions{})
+			if err == nil {
+				describePod(pod, pr)
+			} else if snap, ok := s.podSnapshots[sp.name]; ok {
+				describePod(snap, pr)
+			}
+			nr.Pod = pr
+		}
+		r.Nodes = append(r.Nodes, nr)
+		if n.Type == wfv1.NodeTypePod {
+			attempts = append(attempts, nr)
+			o := 1 << 30
+			if sp := byNode[id]; sp != nil {
+				o = sp.order
+			}
+			order = append(order, o)
+		}
+	}
+	idx := make([]int, len(attempts))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return order[idx[a]] < order[idx[b]] })
+	for _, i := range idx {
+		r.Attempts = append(r.Attempts, attempts[i])
+	}
+	return r
+}
+
+func describePod(pod *apiv1.Pod, pr *podReport) {
+	pr.FinalPhase = string(pod.Status.Phase)
+	pr.NodeSelector = pod.Spec.NodeSelector
+	pr.Tolerations = pod.Spec.Tolerations
+	pr.Affinity = pod.Spec.Affinity
+	pr.ActiveDeadlineSeconds = pod.Spec.ActiveDeadlineSeconds
+	for _, c := range pod.Spec.Containers {
+		if c.Name != common.MainContainerName {
+			continue
+		}
+		if q, ok := c.Resources.Limits[apiv1.ResourceMemory]; ok {
+			pr.MemoryLimit = q.String()
+		}
+		if q, ok := c.Resources.Requests[apiv1.ResourceMemory]; ok {
+			pr.MemoryRequest = q.String()
+		}
+		for name, q := range c.Resources.Limits {
+			if pr.Limits == nil {
+				pr.Limits = map[string]string{}
+			}
+			pr.Limits[string(name)] = q.String()
+		}
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, "ARGO_") {
+				continue // executor plumbing, not what the compiler set
+			}
+			if pr.Env == nil {
+				pr.Env = map[string]string{}
+			}
+			pr.Env[e.Name] = e.Value
+		}
+		pr.Args = c.Args
+	}
+}
+
+// podSnapshots keeps deleted pods' specs so that the report still shows what they got.
+func (s *simulator) snapshotPods() {
+	for _, p := range s.listPods() {
+		s.podSnapshots[p.Name] = p.DeepCopy()
+	}
+}
+
+func decodeWorkflow(raw json.RawMessage) (*wfv1.Workflow, error) {
+	var wf wfv1.Workflow
+	if err := yaml.UnmarshalStrict(raw, &wf); err != nil {
+		return nil, err
+	}
+	return &wf, nil
+}
+
+func TestArgoSim(t *testing.T) {
+	in, out := os.Getenv("ARGOSIM_IN"), os.Getenv("ARGOSIM_OUT")
+	if in == "" || out == "" {
+		t.Skip("ARGOSIM_IN/ARGOSIM_OUT not set: run through tests/argo/argo_tools.py")
+	}
+	data, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc simScenario
+	if err := json.Unmarshal(data, &sc); err != nil {
+		t.Fatalf("scenario: %v", err)
+	}
+	rep := simReport{Scenario: sc.Name}
+	defer func() {
+		if rep.Error == "" && t.Failed() {
+			rep.Error = "harness: " + simFatal
+		}
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Error(err)
+		}
+	}()
+	base, err := decodeWorkflow(sc.Workflow)
+	if err != nil {
+		rep.Error = "workflow: " + err.Error()
+		t.Fatal(rep.Error)
+	}
+	if base.Namespace == "" {
+		base.Namespace = "default"
+	}
+	opts := []any{defaultServiceAccount}
+	for _, raw := range sc.WorkflowTemplates {
+		var tmpl wfv1.WorkflowTemplate
+		if err := yaml.UnmarshalStrict(raw, &tmpl); err != nil {
+			rep.Error = "workflowTemplate: " + err.Error()
+			t.Fatal(rep.Error)
+		}
+		if tmpl.Namespace == "" {
+			tmpl.Namespace = base.Namespace
+		}
+		opts = append(opts, runtime.Object(&tmpl))
+	}
+	ctx := logging.TestContext(context.Background())
+	cancel, c := newController(ctx, opts...)
+	defer cancel()
+	maxSteps := sc.MaxSteps
+	if maxSteps == 0 {
+		maxSteps = 400
+	}
+	if len(sc.Runs) == 0 {
+		sc.Runs = []simRun{{}}
+	}
+	for i, run := range sc.Runs {
+		wf := base.DeepCopy()
+		if wf.Name == "" {
+			wf.Name = strings.TrimSuffix(wf.GenerateName, "-")
+			if wf.Name == "" {
+				wf.Name = "sim"
+			}
+		}
+		wf.Name = fmt.Sprintf("%s-run%d", wf.Name, i)
+		wf.GenerateName = ""
+		for j, p := range wf.Spec.Arguments.Parameters {
+			if v, ok := run.Parameters[p.Name]; ok {
+				wf.Spec.Arguments.Parameters[j].Value = wfv1.AnyStringPtr(v)
+			}
+		}
+		wf, err = c.wfclientset.ArgoprojV1alpha1().Workflows(wf.Namespace).Create(ctx, wf, metav1.CreateOptions{})
+		if err != nil {
+			rep.Error = err.Error()
+			t.Fatal(err)
+		}
+		queues := map[string][]simOutcome{}
+		for k, v := range run.Attempts {
+			queues[k] = append([]simOutcome(nil), v...)
+		}
+		s := &simulator{t: t, ctx: ctx, c: c, wf: wf, pods: map[string]*simPod{}, queues: queues,
+			podSnapshots: map[string]*apiv1.Pod{}, podsPerNode: map[string]int{}}
+		s.runWithSnapshots(maxSteps)
+		rep.Runs = append(rep.Runs, s.report())
+	}
+}
+
+func (s *simulator) runWithSnapshots(maxSteps int) {
+	s.operate()
+	s.snapshotPods()
+	for s.steps < maxSteps && !s.wf.Status.Fulfilled() {
+		changed, wait := s.kubelet()
+		s.snapshotPods()
+		if !changed {
+			// Jump to the next pod event; with none due, let time pass in ticks so that the
+			// controller sees its own deadlines (timeouts, backoff, pod-missing grace) expire.
+			d := tick
+			if wait > 0 {
+				d = wait
+			}
+			s.spend(d)
+		} else {
+			s.spend(time.Second)
+		}
+		s.operate()
+		s.snapshotPods()
+	}
+}
