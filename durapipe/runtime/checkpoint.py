@@ -1,0 +1,809 @@
+"""The checkpoint store user code calls: ``save()`` / ``load()`` with a commit protocol.
+
+Layout under the checkpoint URI::
+
+    blobs/<algorithm>-<hex>         content-addressed file data, shared between commits
+    manifests/<seq, 12 digits>.json  one per commit, written create-only
+
+A save is staged locally (the only part that blocks the caller), then an uploader (a thread of
+this process, or the sidecar agent reading the same spool directory) hashes the staged files,
+uploads the blobs the previous commit does not already have, verifies their sizes in the store,
+and commits by writing the manifest with a create-only put at the next sequence number.  After a
+commit it deletes manifests beyond the newest ``keep`` and the blobs no kept manifest references.
+
+``load()`` takes the newest manifest that parses, whose self-checksum matches and whose blobs all
+download with the right size and digest; otherwise it falls back to the previous manifest.
+Transient store errors are retried and, when they persist, raised: a store that cannot be read
+is never reported as "no checkpoint".
+
+Single writer per checkpoint line: the compiler keys the line by run and stage, and attempts of
+one stage do not overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import json
+import logging
+import os
+import queue
+import shutil
+import stat
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from durapipe.runtime import contract
+from durapipe.runtime.hashing import (
+    TreeEntry,
+    copy_and_hash,
+    default_algorithm,
+    hash_bytes,
+    hash_file,
+    tree_entries,
+    walk_tree,
+)
+from durapipe.runtime.store import (
+    AlreadyExists,
+    NotFound,
+    Store,
+    StoreError,
+    TransientStoreError,
+    open_store,
+    retrying,
+)
+
+log = logging.getLogger("durapipe.checkpoint")
+
+MANIFEST_FORMAT = "durapipe-checkpoint/1"
+MANIFEST_DIR = "manifests"
+BLOB_DIR = "blobs"
+DEFAULT_KEEP = 3
+KIND_BYTES, KIND_FILE, KIND_DIR = "bytes", "file", "dir"
+BYTES_NAME = "payload"
+#: Inside a staged request: the data, and the request description written last.
+STAGED_FILES = "files"
+REQUEST_FILE = "request.json"
+
+
+class CheckpointError(Exception):
+    """Checkpoints exist but none could be restored, or a save failed."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed checkpoint."""
+
+    seq: int
+    kind: str
+    metadata: dict[str, Any]
+    uploaded_bytes: int = 0
+    reused_bytes: int = 0
+
+
+T = TypeVar("T")
+_DONE = object()
+
+
+def run_parallel(action: Callable[[T], None], items: Iterable[T], workers: int) -> None:
+    """Apply ``action`` to every item on up to ``workers`` threads; re-raise the first error.
+
+    Plain threads rather than ``concurrent.futures``: its executors refuse work once the
+    interpreter starts shutting down, which is exactly when the exit hook flushes uploads.
+    """
+    pending = iter(list(items))
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with lock:
+                if errors:
+                    return
+                item = next(pending, _DONE)
+            if item is _DONE:
+                return
+            try:
+                action(item)  # type: ignore[arg-type]
+            except BaseException as error:  # noqa: BLE001 (re-raised by the caller's thread)
+                with lock:
+                    errors.append(error)
+                return
+
+    if workers <= 1:
+        drain()
+    else:
+        threads = [threading.Thread(target=drain, daemon=True) for _ in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
+
+
+# -- manifests ----------------------------------------------------------------------------------
+
+
+def manifest_key(seq: int) -> str:
+    return f"{MANIFEST_DIR}/{seq:012d}.json"
+
+
+def blob_key(digest: str) -> str:
+    return f"{BLOB_DIR}/{digest.replace(':', '-')}"
+
+
+def _seq_of(key: str) -> int | None:
+    name = key.rsplit("/", 1)[-1]
+    stem = name[: -len(".json")] if name.endswith(".json") else ""
+    return int(stem) if stem.isdigit() else None
+
+
+def encode_manifest(body: Mapping[str, Any]) -> bytes:
+    """Manifest bytes carrying a checksum over everything else, so a torn write is detected."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    checksum = hash_bytes(canonical.encode(), "sha256")
+    return json.dumps({"checksum": checksum, "body": body}, sort_keys=True).encode()
+
+
+def decode_manifest(data: bytes) -> dict[str, Any]:
+    """The manifest body, or ``ValueError`` when the bytes are not an intact manifest."""
+    outer = json.loads(data)
+    if not isinstance(outer, dict) or not isinstance(outer.get("body"), dict):
+        raise ValueError("not a manifest")  # noqa: TRY004 (callers treat ValueError as torn)
+    body: dict[str, Any] = outer["body"]
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if hash_bytes(canonical.encode(), "sha256") != outer.get("checksum"):
+        raise ValueError("manifest checksum mismatch")
+    if body.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"unknown manifest format {body.get('format')!r}")
+    return body
+
+
+def _entry_to_json(entry: TreeEntry, mtime_ns: int | None = None) -> dict[str, Any]:
+    encoded: dict[str, Any] = {
+        "path": entry.path,
+        "kind": entry.kind,
+        "executable": entry.executable,
+        "size": entry.size,
+        "digest": entry.digest,
+    }
+    if mtime_ns is not None:
+        # Not part of the content identity; restored so "newest file" lookups still work.
+        encoded["mtime_ns"] = mtime_ns
+    return encoded
+
+
+# -- committing (the uploader side) -------------------------------------------------------------
+
+
+class Committer:
+    """Turns staged requests into commits in one store.  Used by the thread and the agent."""
+
+    def __init__(self, store: Store, *, keep: int = DEFAULT_KEEP, algorithm: str | None = None):
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.store = store
+        self.keep = keep
+        self.algorithm = algorithm or default_algorithm()
+        #: Digests (and sizes) of blobs known to exist: those of the newest commit.
+        self._known: dict[str, int] | None = None
+
+    def _committed_seqs(self) -> list[int]:
+        keys = retrying(lambda: self.store.list(MANIFEST_DIR))
+        return sorted(seq for seq in map(_seq_of, keys) if seq is not None)
+
+    def _load_known(self, seqs: list[int]) -> dict[str, int]:
+        for seq in reversed(seqs):
+            try:
+                body = decode_manifest(retrying(partial(self.store.get_bytes, manifest_key(seq))))
+            except (NotFound, ValueError):
+                continue
+            return {e["digest"]: e["size"] for e in body["entries"] if e["kind"] == "file"}
+        return {}
+
+    def commit(self, request_dir: Path) -> Commit:
+        """Upload and commit one staged request directory (see :func:`stage`)."""
+        request = json.loads((request_dir / REQUEST_FILE).read_text())
+        files_root = request_dir / STAGED_FILES
+        mtimes: dict[str, int] = {}
+        if request.get("algorithm") == self.algorithm and "entries" in request:
+            entries = [
+                TreeEntry(e["path"], e["kind"], e["executable"], e["size"], e["digest"])
+                for e in request["entries"]
+            ]
+            mtimes = {e["path"]: e["mtime_ns"] for e in request["entries"] if "mtime_ns" in e}
+        else:
+            entries = tree_entries(files_root, self.algorithm)
+        seqs = self._committed_seqs()
+        if self._known is None:
+            self._known = self._load_known(seqs)
+        uploaded = reused = 0
+        to_upload: dict[str, TreeEntry] = {}
+        for entry in entries:
+            if entry.kind != "file":
+                continue
+            if self._known.get(entry.digest) == entry.size:
+                reused += entry.size
+            elif entry.digest not in to_upload:
+                to_upload[entry.digest] = entry
+                uploaded += entry.size
+
+        def upload(entry: TreeEntry) -> None:
+            source = files_root / entry.path
+            retrying(lambda: self.store.put_file(blob_key(entry.digest), source, consume=True))
+
+        def verify(entry: TreeEntry) -> None:
+            key = blob_key(entry.digest)
+            actual = retrying(lambda: self.store.size(key))
+            if actual != entry.size:
+                raise CheckpointError(f"blob {key} has size {actual}, expected {entry.size}")
+
+        try:
+            run_parallel(upload, to_upload.values(), self.store.parallel_files)
+            # Verify every blob the manifest will reference, reused ones included: the
+            # manifest is the promise that they are all there.
+            unique = {e.digest: e for e in entries if e.kind == "file"}
+            run_parallel(verify, unique.values(), self.store.parallel_files)
+        except CheckpointError:
+            # A blob we thought present is not: trust nothing next time, upload everything.
+            self._known = {}
+            raise
+        body = {
+            "format": MANIFEST_FORMAT,
+            "kind": request["kind"],
+            "name": request.get("name", ""),
+            "metadata": request.get("metadata", {}),
+            "created": request.get("created", time.time()),
+            "algorithm": self.algorithm,
+            "entries": [_entry_to_json(entry, mtimes.get(entry.path)) for entry in entries],
+        }
+        seq = (seqs[-1] + 1) if seqs else 1
+        while True:
+            body["seq"] = seq
+            data = encode_manifest(body)
+            try:
+                retrying(partial(self.store.put_bytes, manifest_key(seq), data, create_only=True))
+                break
+            except AlreadyExists:
+                # Another writer (a zombie attempt) took this number; go after it.
+                seq = max(self._committed_seqs() + [seq]) + 1
+        self._known = {e.digest: e.size for e in entries if e.kind == "file"}
+        self._collect_garbage(seq)
+        return Commit(seq, request["kind"], body["metadata"], uploaded, reused)
+
+    def _collect_garbage(self, newest: int) -> None:
+        """Keep the newest ``keep`` manifests and the blobs they reference.
+
+        Failures here are logged, not raised: the commit already happened.
+        """
+        try:
+            seqs = self._committed_seqs()
+            # Manifests above ours (another writer's) are never collected, nor their blobs.
+            doomed = [s for s in seqs if s <= newest][: -self.keep]
+            for seq in doomed:
+                retrying(partial(self.store.delete, manifest_key(seq)))
+            if not doomed:
+                return
+            referenced: set[str] = set()
+            for seq in (s for s in seqs if s not in doomed):
+                try:
+                    body = decode_manifest(
+                        retrying(partial(self.store.get_bytes, manifest_key(seq)))
+                    )
+                except (NotFound, ValueError):
+                    continue
+                referenced.update(
+                    blob_key(e["digest"]) for e in body["entries"] if e["kind"] == "file"
+                )
+            for key in retrying(lambda: self.store.list(BLOB_DIR)):
+                if key not in referenced:
+                    retrying(partial(self.store.delete, key))
+        except StoreError as error:
+            log.warning("checkpoint garbage collection failed: %s", error)
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Restored:
+    path: Path
+    commit: Commit
+
+
+def list_commits(store: Store) -> list[int]:
+    """Sequence numbers of the manifests in ``store``, newest first (no retries here)."""
+    keys = store.list(MANIFEST_DIR)
+    return sorted((seq for seq in map(_seq_of, keys) if seq is not None), reverse=True)
+
+
+def restore_newest(
+    store: Store,
+    destination: Path,
+    *,
+    attempts: int = 5,
+    sleep: Callable[[float], None] | None = None,
+) -> Restored | None:
+    """Restore the newest verifying checkpoint into ``destination`` (replaced).
+
+    Returns ``None`` only when the store holds no manifest at all.  Raises
+    :class:`TransientStoreError` when the store keeps failing, and :class:`CheckpointError` when
+    manifests exist but none verifies.
+    """
+
+    def again(operation: Callable[[], Any]) -> Any:
+        return retrying(operation, attempts=attempts, sleep=sleep)
+
+    seqs = again(lambda: list_commits(store))
+    if not seqs:
+        return None
+    problems = []
+    for seq in seqs:
+        try:
+            body = decode_manifest(again(partial(store.get_bytes, manifest_key(seq))))
+            path = _materialise(store, body, destination, again)
+        except (NotFound, ValueError, CheckpointError) as error:
+            # Deleted by retention meanwhile, torn, or its data does not verify: fall back.
+            problems.append(f"#{seq}: {error}")
+            log.warning("checkpoint %d unusable, trying the previous one: %s", seq, error)
+            continue
+        commit = Commit(seq, body["kind"], body.get("metadata", {}))
+        return Restored(path, commit)
+    raise CheckpointError("no committed checkpoint verifies: " + "; ".join(problems))
+
+
+def _materialise(
+    store: Store, body: Mapping[str, Any], destination: Path, again: Callable[[Any], Any]
+) -> Path:
+    incoming = destination.with_name(destination.name + ".incoming")
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir(parents=True)
+    algorithm = body.get("algorithm") or default_algorithm()
+    try:
+        files = []
+        for entry in sorted(body["entries"], key=lambda e: e["path"]):
+            target = incoming / entry["path"]
+            if ".." in Path(entry["path"]).parts or Path(entry["path"]).is_absolute():
+                raise CheckpointError(f"unsafe path {entry['path']!r} in manifest")
+            if entry["kind"] == "dir":
+                target.mkdir(parents=True, exist_ok=True)
+            elif entry["kind"] == "symlink":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(entry["digest"], target)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                files.append((entry, target))
+
+        def fetch(item: tuple[Mapping[str, Any], Path]) -> None:
+            entry, target = item
+            key = blob_key(entry["digest"])
+            digest = again(lambda: store.get_file(key, target, entry["size"], algorithm=algorithm))
+            if target.stat().st_size != entry["size"]:
+                raise CheckpointError(f"{entry['path']}: size mismatch")
+            if (digest or hash_file(target, algorithm)) != entry["digest"]:
+                raise CheckpointError(f"{entry['path']}: digest mismatch")
+            if entry.get("executable"):
+                target.chmod(target.stat().st_mode | 0o111)
+            if "mtime_ns" in entry:
+                os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
+
+        run_parallel(fetch, files, store.parallel_files)
+        shutil.rmtree(destination, ignore_errors=True)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(incoming, destination)
+    except BaseException:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise
+    if body["kind"] == KIND_BYTES:
+        return destination / BYTES_NAME
+    if body["kind"] == KIND_FILE:
+        return destination / str(body["name"])
+    return destination
+
+
+# -- staging (the caller side) ------------------------------------------------------------------
+
+_sequence = itertools.count()
+
+
+def _stage_file(
+    source: Path, target: Path, relative: str, algorithm: str, entries: list[dict[str, Any]]
+) -> None:
+    info = source.stat()
+    digest, size = copy_and_hash(source, target, algorithm)
+    if info.st_mode & 0o111:
+        target.chmod(info.st_mode & 0o777)
+    entries.append(
+        {
+            "path": relative,
+            "kind": "file",
+            "executable": bool(info.st_mode & stat.S_IXUSR),
+            "size": size,
+            "digest": digest,
+            "mtime_ns": info.st_mtime_ns,
+        }
+    )
+
+
+def stage(
+    data: bytes | bytearray | memoryview | str | os.PathLike[str],
+    spool_dir: Path,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Copy ``data`` into a new request directory under ``spool_dir/pending`` and publish it.
+
+    Files are hashed while they are copied (one pass), and the entries travel in the request,
+    so the uploader does not read the data again to hash it.  The request becomes visible to
+    uploaders only by the final rename, so a process killed while staging leaves a
+    ``.partial`` directory that nobody uploads.
+    """
+    algorithm = default_algorithm()
+    pending = spool_dir / "pending"
+    pending.mkdir(parents=True, exist_ok=True)
+    name = f"{time.time_ns():020d}-{os.getpid()}-{next(_sequence):06d}"
+    partial = pending / f"{name}.partial"
+    files = partial / STAGED_FILES
+    files.mkdir(parents=True)
+    entries: list[dict[str, Any]] = []
+    request: dict[str, Any] = {
+        "metadata": dict(metadata or {}),
+        "created": time.time(),
+        "algorithm": algorithm,
+    }
+    try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            (files / BYTES_NAME).write_bytes(data)
+            entries.append(
+                _entry_to_json(
+                    TreeEntry(
+                        BYTES_NAME, "file", size=len(data), digest=hash_bytes(data, algorithm)
+                    )
+                )
+            )
+            request["kind"] = KIND_BYTES
+        else:
+            source = Path(data)
+            if source.is_dir():
+                for relative, absolute, info in walk_tree(source):
+                    target = files / relative
+                    if stat.S_ISLNK(info.st_mode):
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        link_target = os.readlink(absolute)
+                        os.symlink(link_target, target)
+                        entries.append(
+                            _entry_to_json(TreeEntry(relative, "symlink", digest=link_target))
+                        )
+                    elif stat.S_ISDIR(info.st_mode):
+                        target.mkdir(parents=True, exist_ok=True)
+                        entries.append(_entry_to_json(TreeEntry(relative, "dir")))
+                    elif stat.S_ISREG(info.st_mode):
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        _stage_file(absolute, target, relative, algorithm, entries)
+                    else:
+                        raise ValueError(f"cannot checkpoint {absolute}: not a regular file")
+                request["kind"] = KIND_DIR
+            elif source.is_file():
+                _stage_file(source, files / source.name, source.name, algorithm, entries)
+                request["kind"] = KIND_FILE
+                request["name"] = source.name
+            else:
+                raise FileNotFoundError(f"nothing to checkpoint at {source}")
+        entries.sort(key=lambda entry: str(entry["path"]).encode())
+        request["entries"] = entries
+        (partial / REQUEST_FILE).write_text(json.dumps(request))
+        final = pending / name
+        os.replace(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def pending_requests(spool_dir: Path) -> list[Path]:
+    pending = spool_dir / "pending"
+    if not pending.is_dir():
+        return []
+    return sorted(p for p in pending.iterdir() if p.is_dir() and not p.name.endswith(".partial"))
+
+
+def write_result(spool_dir: Path, request_dir: Path, result: Mapping[str, Any]) -> None:
+    done = spool_dir / "done"
+    done.mkdir(parents=True, exist_ok=True)
+    temporary = done / f".{request_dir.name}.tmp"
+    temporary.write_text(json.dumps(result))
+    os.replace(temporary, done / f"{request_dir.name}.json")
+
+
+def process_request(
+    committer: Committer, spool_dir: Path, request_dir: Path, *, record: bool = True
+) -> dict[str, Any]:
+    """Commit one request, drop the staged copy, and (``record``) leave its result in
+    ``spool/done`` for a waiter in another process."""
+    try:
+        commit = committer.commit(request_dir)
+        result: dict[str, Any] = {
+            "seq": commit.seq,
+            "kind": commit.kind,
+            "uploaded_bytes": commit.uploaded_bytes,
+            "reused_bytes": commit.reused_bytes,
+        }
+    except Exception as error:  # noqa: BLE001
+        # Whatever went wrong, the waiter must hear about it: an uploader that died silently
+        # would leave save handles waiting forever.
+        log.error("checkpoint upload of %s failed: %s", request_dir.name, error)
+        result = {"error": f"{type(error).__name__}: {error}"}
+    if record:
+        write_result(spool_dir, request_dir, result)
+    shutil.rmtree(request_dir, ignore_errors=True)
+    return result
+
+
+# -- the user-facing object ---------------------------------------------------------------------
+
+
+class SaveHandle:
+    """A staged save.  ``wait()`` blocks until committed; ``await handle`` does the same."""
+
+    def __init__(self, checkpoint: Checkpoint, request_name: str) -> None:
+        self._checkpoint = checkpoint
+        self.request_name = request_name
+        self._done = threading.Event()
+        self._result: dict[str, Any] | None = None
+
+    def _resolve(self, result: dict[str, Any]) -> None:
+        self._result = result
+        self._done.set()
+
+    def done(self) -> bool:
+        if self._done.is_set():
+            return True
+        return self._checkpoint.uploader == "sidecar" and self._checkpoint._poll_result(self)
+
+    def wait(self, timeout: float | None = None) -> Commit:
+        if not self._checkpoint._wait_result(self, timeout):
+            raise TimeoutError(f"checkpoint {self.request_name} not committed in {timeout}s")
+        assert self._result is not None
+        if "error" in self._result:
+            raise CheckpointError(self._result["error"])
+        return Commit(
+            int(self._result["seq"]),
+            str(self._result.get("kind", "")),
+            {},
+            int(self._result.get("uploaded_bytes", 0)),
+            int(self._result.get("reused_bytes", 0)),
+        )
+
+    def __await__(self) -> Generator[Any, None, Commit]:
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.wait).__await__()
+
+
+@dataclass
+class _Upload:
+    request_dir: Path
+    handle: SaveHandle
+
+
+class Checkpoint:
+    """Save and restore the checkpoints of one stage (one checkpoint line).
+
+    ``uploader="thread"`` uploads from a background thread of this process; ``"sidecar"`` leaves
+    staged requests in ``spool_dir`` for the upload agent (:mod:`durapipe.runtime.agent`).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        keep: int = DEFAULT_KEEP,
+        spool_dir: str | os.PathLike[str] | None = None,
+        uploader: str = "thread",
+        store: Store | None = None,
+        load_attempts: int = 5,
+    ) -> None:
+        if uploader not in ("thread", "sidecar"):
+            raise ValueError(f"uploader must be 'thread' or 'sidecar', got {uploader!r}")
+        self.uri = uri
+        self.store = store if store is not None else open_store(uri)
+        self.path = Path(path) if path is not None else Path.cwd() / ".durapipe-checkpoint"
+        self.keep = keep
+        self.spool_dir = Path(spool_dir) if spool_dir is not None else self.path / ".spool"
+        self.uploader = uploader
+        self.load_attempts = load_attempts
+        self._restored: Restored | None = None
+        self._queue: queue.Queue[_Upload | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._committer: Committer | None = None
+        self._handles: dict[str, SaveHandle] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Checkpoint | None:
+        """The checkpoint line the compiled pod describes, or ``None`` when it has none."""
+        env = os.environ if env is None else env
+        uri = env.get(contract.ENV_CHECKPOINT_URI)
+        if not uri:
+            return None
+        return cls(
+            uri,
+            path=env.get(contract.ENV_CHECKPOINT_PATH) or None,
+            keep=int(env.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP),
+            spool_dir=env.get(contract.ENV_SPOOL_DIR) or None,
+            uploader=env.get(contract.ENV_UPLOADER) or "thread",
+        )
+
+    # -- save --------------------------------------------------------------------------------
+    def save(
+        self,
+        data: bytes | bytearray | memoryview | str | os.PathLike[str],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SaveHandle:
+        """Stage ``data`` (bytes, a file or a directory) and upload it in the background.
+
+        Blocks only while the data is copied into the spool directory.  The returned handle
+        can be waited on (``.wait()``) or awaited.
+        """
+        request_dir = stage(data, self.spool_dir, metadata)
+        handle = SaveHandle(self, request_dir.name)
+        if self.uploader == "thread":
+            with self._lock:
+                self._handles[request_dir.name] = handle
+            self._ensure_worker()
+            self._queue.put(_Upload(request_dir, handle))
+        return handle
+
+    def save_sync(
+        self,
+        data: bytes | bytearray | memoryview | str | os.PathLike[str],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Commit:
+        """Save and wait until committed (Flyte's ``save_sync``)."""
+        return self.save(data, metadata).wait()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every save handed over so far is committed (or has failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.uploader == "thread":
+            with self._lock:
+                handles = list(self._handles.values())
+            for handle in handles:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._wait_result(handle, remaining)
+            return
+        while pending_requests(self.spool_dir):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError("pending checkpoint uploads did not finish")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Finish pending uploads and stop the upload thread."""
+        self.flush()
+        if self._worker is not None:
+            atexit.unregister(self._flush_at_exit)
+            self._queue.put(None)
+            self._worker.join()
+            self._worker = None
+
+    def _flush_at_exit(self) -> None:
+        # A script that ends without close() must not lose the saves it handed over.
+        with self._lock:
+            pending = len(self._handles)
+        if pending:
+            log.info("waiting for %d checkpoint upload(s) before exiting", pending)
+            self.flush()
+
+    def _ensure_worker(self) -> None:
+        with self._lock:
+            if self._worker is None:
+                atexit.register(self._flush_at_exit)
+                self._committer = Committer(self.store, keep=self.keep)
+                self._worker = threading.Thread(
+                    target=self._run_worker, name="durapipe-checkpoint-upload", daemon=True
+                )
+                self._worker.start()
+
+    def _run_worker(self) -> None:
+        assert self._committer is not None
+        covered: list[SaveHandle] = []
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            covered.append(item.handle)
+            if self._queue.qsize() > 0:
+                # A newer save is already waiting: uploading this one would only delay the
+                # state a restart wants.  The newer commit resolves this handle too.
+                shutil.rmtree(item.request_dir, ignore_errors=True)
+                continue
+            result = process_request(
+                self._committer, self.spool_dir, item.request_dir, record=False
+            )
+            with self._lock:
+                for handle in covered:
+                    self._handles.pop(handle.request_name, None)
+            for handle in covered:
+                handle._resolve(result)
+            covered = []
+
+    def _poll_result(self, handle: SaveHandle) -> bool:
+        done = self.spool_dir / "done" / f"{handle.request_name}.json"
+        try:
+            handle._resolve(json.loads(done.read_text()))
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _wait_result(self, handle: SaveHandle, timeout: float | None) -> bool:
+        if self.uploader == "thread" or handle._done.is_set():
+            return handle._done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._poll_result(handle):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    # -- load --------------------------------------------------------------------------------
+    def load_sync(self) -> Path | None:
+        """Restore the newest committed checkpoint; its local path, or ``None`` if none exists."""
+        if self._restored is None:
+            self._restored = restore_newest(
+                self.store, self.path / "restored", attempts=self.load_attempts
+            )
+        return self._restored.path if self._restored else None
+
+    async def load_async(self) -> Path | None:
+        return await asyncio.get_running_loop().run_in_executor(None, self.load_sync)
+
+    def load(self) -> Any:
+        """``load_sync()``; inside a running event loop, an awaitable of it (Flyte's ``load``)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.load_sync()
+        return self.load_async()
+
+    @property
+    def restored_commit(self) -> Commit | None:
+        return self._restored.commit if self._restored else None
+
+
+def latest_checkpoint(
+    root: str | os.PathLike[str] | None,
+    glob_pattern: str = "**/last.ckpt",
+    *,
+    key: Callable[[Path], Any] | None = None,
+) -> Path | None:
+    """The newest match of ``glob_pattern`` under a restored tree (by mtime unless ``key``)."""
+    if root is None:
+        return None
+    base = Path(root)
+    if glob_pattern.startswith("**/"):
+        matches: Iterable[Path] = base.rglob(glob_pattern[3:])
+    else:
+        matches = base.glob(glob_pattern)
+    candidates = list(matches)
+    if not candidates:
+        return None
+    return max(candidates, key=key or (lambda p: p.stat().st_mtime_ns))
+
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "Commit",
+    "Committer",
+    "SaveHandle",
+    "TransientStoreError",
+    "latest_checkpoint",
+    "restore_newest",
+    "stage",
+]

@@ -1,0 +1,206 @@
+"""What training code sees: ``durapipe.runtime.context()``.
+
+    ctx = durapipe.runtime.context()
+    restored = ctx.checkpoint.load()          # None on a first attempt
+    for step in ...:
+        ...
+        if step % 100 == 0 or ctx.stop_requested():
+            ctx.checkpoint.save(state_dir, metadata={"step": step})
+        if ctx.stop_requested():
+            ctx.checkpoint.flush()            # the final save reaches the store
+            break
+
+The stop flag is set by SIGTERM (a flag-only handler, installed on first use of the context
+in the main thread) or by the wrapper's control file, whichever comes first; signal handlers
+must not do I/O, so the loop acts on the flag at its next step boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from durapipe.runtime import contract
+from durapipe.runtime.checkpoint import Checkpoint
+
+_stop_flag = threading.Event()
+_handler_lock = threading.Lock()
+_handler_installed = False
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+    _stop_flag.set()
+
+
+def install_stop_handler() -> bool:
+    """Install the flag-only SIGTERM handler (main thread only); ``False`` where impossible."""
+    global _handler_installed
+    with _handler_lock:
+        if _handler_installed:
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _handler_installed = True
+        return True
+
+
+def _control_file(name: str) -> Path | None:
+    directory = os.environ.get(contract.ENV_CONTROL_DIR)
+    return Path(directory) / name if directory else None
+
+
+def stop_requested() -> bool:
+    """Whether this attempt has been asked to stop (preemption, eviction, Ctrl-C upstream)."""
+    if _stop_flag.is_set():
+        return True
+    marker = _control_file(contract.CONTROL_STOP_FILE)
+    if marker is not None and marker.exists():
+        _stop_flag.set()
+        return True
+    return False
+
+
+def memory_pressure() -> dict[str, Any] | None:
+    """``{"usage": ..., "limit": ...}`` while the wrapper sees memory near the limit."""
+    marker = _control_file(contract.CONTROL_MEMORY_PRESSURE_FILE)
+    if marker is None:
+        return None
+    try:
+        value = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_gpu_oom(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception in its chain) is an accelerator out-of-memory error."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = type(current).__name__
+        text = str(current)
+        if name == "OutOfMemoryError" and "torch" in type(current).__module__:
+            return True
+        if "CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text:
+            return True
+        if name in ("XlaRuntimeError", "JaxRuntimeError") and "RESOURCE_EXHAUSTED" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def record_failure(error: BaseException) -> None:
+    """Write the failure record the wrapper reads to classify this attempt."""
+    target = _control_file(contract.CONTROL_FAILURE_FILE)
+    if target is None:
+        return
+    if is_gpu_oom(error):
+        verdict = contract.VERDICT_GPU_OOM
+    elif isinstance(error, MemoryError):
+        verdict = contract.VERDICT_HOST_OOM
+    else:
+        verdict = contract.VERDICT_APP_FAILURE
+    record = {
+        "verdict": verdict,
+        "exception": f"{type(error).__module__}.{type(error).__qualname__}",
+        "message": str(error)[:500],
+    }
+    try:
+        target.write_text(json.dumps(record))
+    except OSError:
+        pass
+
+
+_previous_excepthook = sys.excepthook
+
+
+def _excepthook(
+    kind: type[BaseException], error: BaseException, trace: TracebackType | None
+) -> None:
+    record_failure(error)
+    _previous_excepthook(kind, error, trace)
+
+
+def install_failure_hook() -> None:
+    """Record uncaught exceptions for the wrapper (GPU OOM is recognised by exception class)."""
+    if sys.excepthook is not _excepthook:
+        sys.excepthook = _excepthook
+
+
+@dataclass
+class RuntimeContext:
+    """The stage's identity and services, built from the environment the compiler sets."""
+
+    pipeline: str = ""
+    stage: str = ""
+    run_id: str = ""
+    attempt: int = 0
+    rung: int = 0
+    gpu_type: str = ""
+    checkpoint: Checkpoint | None = None
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def stop_requested() -> bool:
+        return stop_requested()
+
+    @staticmethod
+    def memory_pressure() -> dict[str, Any] | None:
+        return memory_pressure()
+
+
+_context: RuntimeContext | None = None
+_context_lock = threading.Lock()
+
+
+def _int(value: str | None) -> int:
+    return int(value) if value and value.strip().isdigit() else 0
+
+
+def context() -> RuntimeContext:
+    """The process's runtime context (created once; installs the stop and failure hooks)."""
+    global _context
+    with _context_lock:
+        if _context is None:
+            env = dict(os.environ)
+            install_stop_handler()
+            install_failure_hook()
+            _context = RuntimeContext(
+                pipeline=env.get(contract.ENV_PIPELINE, ""),
+                stage=env.get(contract.ENV_STAGE, ""),
+                run_id=env.get(contract.ENV_RUN_ID, ""),
+                attempt=_int(env.get(contract.ENV_ATTEMPT)),
+                rung=_int(env.get(contract.ENV_RUNG)),
+                gpu_type=env.get(contract.ENV_GPU_TYPE, ""),
+                checkpoint=Checkpoint.from_env(env),
+                env=env,
+            )
+        return _context
+
+
+def _reset_for_tests() -> None:
+    global _context
+    with _context_lock:
+        _context = None
+    _stop_flag.clear()
+
+
+__all__ = [
+    "RuntimeContext",
+    "context",
+    "install_failure_hook",
+    "install_stop_handler",
+    "is_gpu_oom",
+    "memory_pressure",
+    "record_failure",
+    "stop_requested",
+]

@@ -1,0 +1,543 @@
+"""Run one attempt of a stage command and classify how it ended.
+
+:func:`classify` is a pure function of the facts observed about an ending; :class:`Attempt`
+gathers those facts (exit status, SIGTERM, OOM-kill counters, the stderr tail, the SDK's failure
+record), writes the one-line verdict, and hashes declared outputs after success.  ``python -m
+durapipe.runtime exec -- CMD`` is a thin shell over :func:`run_attempt`; a local runner can call
+the same function in-process.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from durapipe.runtime import contract
+from durapipe.runtime.cgroup import MemoryCgroup, find_memory_cgroup, memory_limit_from_env
+from durapipe.runtime.hashing import hash_path
+
+STDERR_TAIL_BYTES = 64 * 1024
+#: Working-set fraction of the limit at which the wrapper warns the stage.
+MEMORY_WARN_FRACTION = 0.9
+#: Below this fraction the warning is withdrawn (hysteresis, so it does not flap).
+MEMORY_CLEAR_FRACTION = 0.8
+DEFAULT_GRACE_SECONDS = 30.0
+
+# Lines that identify accelerator out-of-memory errors (PyTorch, cuBLAS, JAX/XLA, ROCm).
+GPU_OOM_PATTERNS = (
+    re.compile(r"CUDA out of memory", re.IGNORECASE),
+    re.compile(r"\b(torch\.)?(cuda\.)?OutOfMemoryError\b"),
+    re.compile(r"CUBLAS_STATUS_ALLOC_FAILED"),
+    re.compile(r"CUDA error: out of memory"),
+    re.compile(r"HIP out of memory"),
+    re.compile(r"RESOURCE_EXHAUSTED: Out of memory"),
+)
+# Host allocation failures that surface as exceptions rather than kernel kills.
+HOST_OOM_PATTERNS = (
+    re.compile(r"DefaultCPUAllocator: can't allocate memory"),
+    re.compile(r"^MemoryError\b", re.MULTILINE),
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    verdict: str
+    exit_code: int
+    reason: str
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def app_failure_exit_code(returncode: int) -> int:
+    """The user's own exit code where it does not collide with a reserved one."""
+    code = returncode if returncode > 0 else 128 - returncode if returncode < 0 else 0
+    if code == 0 or code > 255 or code in contract.RESERVED_EXIT_CODES:
+        return contract.EXIT_APP_FAILURE
+    return code
+
+
+def classify(
+    returncode: int,
+    *,
+    stop_requested: bool = False,
+    oom_kills_delta: int | None = None,
+    stderr_tail: str = "",
+    memory_limited: bool = False,
+    reported_verdict: str | None = None,
+) -> Classification:
+    """Decide the verdict of an attempt from what was observed.
+
+    ``returncode`` follows :mod:`subprocess`: negative means killed by that signal.
+    ``oom_kills_delta`` is the growth of the cgroup's ``oom_kill`` counter over the attempt
+    (``None`` when the counter could not be read).  ``memory_limited`` says a memory limit was
+    in force, which makes an unexplained SIGKILL an OOM kill.  ``reported_verdict`` comes from
+    the SDK's failure record, written by the process itself.
+
+    Precedence: a kernel OOM kill explains everything after it (a trainer whose data-loader
+    worker was OOM-killed exits 1, but more memory is what it needs); then a requested stop; then
+    success; then what the process reported or printed; then an unexplained SIGKILL under a limit.
+    """
+    if oom_kills_delta:
+        return Classification(
+            contract.VERDICT_HOST_OOM,
+            contract.EXIT_HOST_OOM,
+            f"oom_kill counter of the memory cgroup grew by {oom_kills_delta}",
+        )
+    if stop_requested:
+        return Classification(
+            contract.VERDICT_PREEMPTED, contract.EXIT_PREEMPTED, "stop requested (SIGTERM)"
+        )
+    if returncode == 0:
+        return Classification(contract.VERDICT_SUCCESS, contract.EXIT_SUCCESS, "exit code 0")
+    if reported_verdict == contract.VERDICT_GPU_OOM or any(
+        pattern.search(stderr_tail) for pattern in GPU_OOM_PATTERNS
+    ):
+        return Classification(
+            contract.VERDICT_GPU_OOM, contract.EXIT_GPU_OOM, "accelerator out of memory"
+        )
+    if reported_verdict == contract.VERDICT_HOST_OOM or any(
+        pattern.search(stderr_tail) for pattern in HOST_OOM_PATTERNS
+    ):
+        return Classification(
+            contract.VERDICT_HOST_OOM, contract.EXIT_HOST_OOM, "host memory allocation failed"
+        )
+    if returncode == -signal.SIGKILL and memory_limited and oom_kills_delta is None:
+        return Classification(
+            contract.VERDICT_HOST_OOM,
+            contract.EXIT_HOST_OOM,
+            "SIGKILL under a memory limit (OOM counters unreadable)",
+        )
+    if returncode < 0:
+        reason = f"killed by {_signal_name(-returncode)}"
+    else:
+        reason = f"exit code {returncode}"
+    return Classification(contract.VERDICT_APP_FAILURE, app_failure_exit_code(returncode), reason)
+
+
+def verdict_line(verdict: str, details: Mapping[str, Any]) -> str:
+    """``durapipe-verdict:<verdict> {json}``, within Kubernetes' termination-message limit.
+
+    The stderr tail is the only unbounded detail; it is shortened from the front until the line
+    fits.
+    """
+    payload = dict(details)
+    tail = str(payload.get("stderr_tail", ""))
+    while True:
+        if tail or "stderr_tail" in payload:
+            payload["stderr_tail"] = tail
+        line = f"{contract.verdict_marker(verdict)} " + json.dumps(
+            payload, sort_keys=True, separators=(",", ":")
+        )
+        if len(line.encode()) < contract.TERMINATION_MESSAGE_LIMIT or not tail:
+            return line
+        overshoot = len(line.encode()) - contract.TERMINATION_MESSAGE_LIMIT + 16
+        tail = tail[max(overshoot, len(tail) // 8) :]
+
+
+def parse_verdict_line(line: str) -> tuple[str, dict[str, Any]]:
+    """Inverse of :func:`verdict_line` (used by the local runner and by tests)."""
+    if not line.startswith(contract.VERDICT_TAG):
+        raise ValueError(f"not a verdict line: {line[:80]!r}")
+    head, _, body = line[len(contract.VERDICT_TAG) :].partition(" ")
+    return head, json.loads(body) if body else {}
+
+
+def parse_outputs(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"{contract.ENV_OUTPUTS} must be a JSON object of name -> path")
+    return value
+
+
+def write_output_hashes(outputs: Mapping[str, str], hash_dir: str | None) -> dict[str, str]:
+    """Hash every declared output; write ``<hash_dir>/<name>.hash`` when a directory is given.
+
+    Raises ``FileNotFoundError`` naming the first declared output that does not exist.
+    """
+    digests = {name: hash_path(path) for name, path in sorted(outputs.items())}
+    if hash_dir:
+        directory = Path(hash_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, digest in digests.items():
+            target = directory / f"{name}{contract.OUTPUT_HASH_SUFFIX}"
+            temporary = target.with_suffix(".tmp")
+            temporary.write_text(digest)
+            os.replace(temporary, target)
+    return digests
+
+
+@dataclass
+class AttemptResult:
+    verdict: str
+    exit_code: int
+    reason: str
+    returncode: int
+    details: dict[str, Any] = field(default_factory=dict)
+    output_hashes: dict[str, str] = field(default_factory=dict)
+    stderr_tail: str = ""
+
+
+class _StderrTee(threading.Thread):
+    """Copies the child's stderr through to ours and keeps the last bytes for classification."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes] | None) -> None:
+        super().__init__(name="durapipe-stderr", daemon=True)
+        self._source = source
+        self._sink = sink
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
+
+    def run(self) -> None:
+        fd = self._source.fileno()
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            if self._sink is not None:
+                try:
+                    self._sink.write(chunk)
+                    self._sink.flush()
+                except (OSError, ValueError):
+                    self._sink = None
+            self._tail.append(chunk)
+            self._tail_size += len(chunk)
+            while self._tail_size - len(self._tail[0]) >= STDERR_TAIL_BYTES:
+                self._tail_size -= len(self._tail.popleft())
+
+    def tail(self) -> str:
+        data = b"".join(self._tail)[-STDERR_TAIL_BYTES:]
+        return data.decode("utf-8", errors="replace")
+
+
+class Attempt:
+    """One run of a command under the wrapper's supervision.
+
+    Use :meth:`start`, optionally :meth:`request_stop` (from a signal handler or another
+    thread), then :meth:`wait`; or :func:`run_attempt` for all three.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        grace_seconds: float | None = None,
+        termination_log: str | os.PathLike[str] | None = None,
+        outputs: Mapping[str, str] | None = None,
+        output_hash_dir: str | os.PathLike[str] | None = None,
+        control_dir: str | os.PathLike[str] | None = None,
+        stderr_sink: IO[bytes] | None = None,
+        memory_cgroup: MemoryCgroup | None | bool = True,
+        memory_poll_seconds: float = 1.0,
+    ) -> None:
+        if not command:
+            raise ValueError("no command to run")
+        self.command = list(command)
+        base_env = dict(os.environ if env is None else env)
+        self.env = base_env
+        self.cwd = cwd
+        self.grace_seconds = (
+            float(base_env.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
+            if grace_seconds is None
+            else grace_seconds
+        )
+        self.termination_log = (
+            os.fspath(termination_log)
+            if termination_log is not None
+            else base_env.get(contract.ENV_TERMINATION_LOG) or contract.DEFAULT_TERMINATION_LOG
+        )
+        self.outputs = (
+            dict(outputs)
+            if outputs is not None
+            else parse_outputs(base_env.get(contract.ENV_OUTPUTS))
+        )
+        self.output_hash_dir = (
+            os.fspath(output_hash_dir)
+            if output_hash_dir is not None
+            else base_env.get(contract.ENV_OUTPUT_HASH_DIR)
+        )
+        self._own_control_dir = control_dir is None and not base_env.get(contract.ENV_CONTROL_DIR)
+        self.control_dir = Path(
+            control_dir
+            or base_env.get(contract.ENV_CONTROL_DIR)
+            or tempfile.mkdtemp(prefix="durapipe-control-")
+        )
+        self.stderr_sink = stderr_sink if stderr_sink is not None else _default_stderr()
+        self.memory_cgroup = (
+            find_memory_cgroup()
+            if memory_cgroup is True
+            else None
+            if memory_cgroup is False
+            else memory_cgroup
+        )
+        self.memory_poll_seconds = memory_poll_seconds
+        self.memory_limit = memory_limit_from_env(base_env.get(contract.ENV_MEMORY_LIMIT, ""))
+        if self.memory_limit is None and self.memory_cgroup is not None:
+            self.memory_limit = self.memory_cgroup.limit_bytes()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._tee: _StderrTee | None = None
+        self._stop_requested = threading.Event()
+        self._killed_after_grace = False
+        self._exited = threading.Event()
+        self._oom_before: int | None = None
+        self._peak_usage = 0
+        self._memory_warnings = 0
+        self._started_at = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        for name in (
+            contract.CONTROL_STOP_FILE,
+            contract.CONTROL_MEMORY_PRESSURE_FILE,
+            contract.CONTROL_FAILURE_FILE,
+        ):
+            (self.control_dir / name).unlink(missing_ok=True)
+        child_env = dict(self.env)
+        child_env[contract.ENV_CONTROL_DIR] = str(self.control_dir)
+        child_env.setdefault(contract.ENV_GRACE_SECONDS, str(self.grace_seconds))
+        self._oom_before = self.memory_cgroup.oom_kills() if self.memory_cgroup else None
+        self._started_at = time.monotonic()
+        # A new session lets a stop reach the whole tree (data-loader workers included).
+        self._process = subprocess.Popen(
+            self.command,
+            env=child_env,
+            cwd=self.cwd,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert self._process.stderr is not None
+        self._tee = _StderrTee(self._process.stderr, self.stderr_sink)
+        self._tee.start()
+        if self.stop_requested:
+            # The stop arrived while the command was being started.
+            self._signal_group(signal.SIGTERM)
+        if self.memory_cgroup is not None and self.memory_limit:
+            threading.Thread(target=self._watch_memory, name="durapipe-memory", daemon=True).start()
+
+    def request_stop(self) -> None:
+        """Forward SIGTERM to the command and SIGKILL it if it outlives the grace period."""
+        if self._stop_requested.is_set():
+            return
+        self._stop_requested.set()
+        try:
+            (self.control_dir / contract.CONTROL_STOP_FILE).touch()
+        except OSError:
+            pass
+        self._signal_group(signal.SIGTERM)
+        timer = threading.Timer(self.grace_seconds, self._kill_after_grace)
+        timer.daemon = True
+        timer.start()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def wait(self) -> AttemptResult:
+        assert self._process is not None and self._tee is not None, "start() first"
+        returncode = self._process.wait()
+        self._exited.set()
+        # The group may outlive its leader (orphaned workers); they die with the attempt.
+        self._signal_group(signal.SIGKILL)
+        self._tee.join(timeout=5)
+        oom_after = self.memory_cgroup.oom_kills() if self.memory_cgroup else None
+        delta = (
+            oom_after - self._oom_before
+            if oom_after is not None and self._oom_before is not None
+            else None
+        )
+        tail = self._tee.tail()
+        reported = self._read_failure_record()
+        decision = classify(
+            returncode,
+            stop_requested=self.stop_requested,
+            oom_kills_delta=delta,
+            stderr_tail=tail,
+            memory_limited=self.memory_limit is not None,
+            reported_verdict=reported.get("verdict") if reported else None,
+        )
+        details: dict[str, Any] = {
+            "returncode": returncode,
+            "reason": decision.reason,
+            "duration_s": round(time.monotonic() - self._started_at, 3),
+            "oom_kills_delta": delta,
+            "memory_limit": self.memory_limit,
+            "peak_usage": self._peak_usage or None,
+            "memory_warnings": self._memory_warnings,
+            "killed_after_grace": self._killed_after_grace,
+        }
+        for name, env_name in (
+            ("stage", contract.ENV_STAGE),
+            ("attempt", contract.ENV_ATTEMPT),
+            ("rung", contract.ENV_RUNG),
+        ):
+            if self.env.get(env_name):
+                details[name] = self.env[env_name]
+        if decision.verdict == contract.VERDICT_GPU_OOM:
+            details["gpu_oom_policy"] = self.env.get(contract.ENV_GPU_OOM_POLICY) or "retry"
+        if reported:
+            details["reported"] = {k: reported[k] for k in sorted(reported)[:8]}
+        output_hashes: dict[str, str] = {}
+        if decision.verdict == contract.VERDICT_SUCCESS and self.outputs:
+            try:
+                output_hashes = write_output_hashes(self.outputs, self.output_hash_dir)
+            except (OSError, ValueError) as error:
+                decision = Classification(
+                    contract.VERDICT_APP_FAILURE,
+                    contract.EXIT_APP_FAILURE,
+                    f"declared output could not be hashed: {error}",
+                )
+                details["reason"] = decision.reason
+        if decision.verdict != contract.VERDICT_SUCCESS:
+            details["stderr_tail"] = tail[-2048:]
+        line = verdict_line(decision.verdict, details)
+        self._write_termination_log(line)
+        if self._own_control_dir:
+            _remove_tree(self.control_dir)
+        return AttemptResult(
+            verdict=decision.verdict,
+            exit_code=decision.exit_code,
+            reason=decision.reason,
+            returncode=returncode,
+            details=details,
+            output_hashes=output_hashes,
+            stderr_tail=tail,
+        )
+
+    def fail_to_start(self, error: OSError) -> AttemptResult:
+        """Report a command that could not be started (shell conventions: 127 missing, 126
+        not executable) with a verdict like any other ending."""
+        returncode = 127 if isinstance(error, FileNotFoundError) else 126
+        reason = f"cannot start {self.command[0]!r}: {error.strerror or error}"
+        details: dict[str, Any] = {"returncode": returncode, "reason": reason}
+        self._write_termination_log(verdict_line(contract.VERDICT_APP_FAILURE, details))
+        if self._own_control_dir:
+            _remove_tree(self.control_dir)
+        return AttemptResult(contract.VERDICT_APP_FAILURE, returncode, reason, returncode, details)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _signal_group(self, signum: int) -> None:
+        if self._process is None:
+            return
+        try:
+            os.killpg(self._process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_after_grace(self) -> None:
+        if not self._exited.is_set() and self._process is not None and self._process.poll() is None:
+            self._killed_after_grace = True
+            self._signal_group(signal.SIGKILL)
+
+    def _watch_memory(self) -> None:
+        assert self.memory_cgroup is not None and self.memory_limit
+        warned = False
+        pressure_file = self.control_dir / contract.CONTROL_MEMORY_PRESSURE_FILE
+        while not self._exited.wait(self.memory_poll_seconds):
+            usage = self.memory_cgroup.usage_bytes()
+            if usage is None:
+                return
+            self._peak_usage = max(self._peak_usage, usage)
+            fraction = usage / self.memory_limit
+            if not warned and fraction >= MEMORY_WARN_FRACTION:
+                warned = True
+                self._memory_warnings += 1
+                message = (
+                    f"durapipe: memory working set {usage} bytes is {fraction:.0%} of the "
+                    f"{self.memory_limit}-byte limit; checkpoint now\n"
+                )
+                if self.stderr_sink is not None:
+                    try:
+                        self.stderr_sink.write(message.encode())
+                        self.stderr_sink.flush()
+                    except (OSError, ValueError):
+                        pass
+                try:
+                    pressure_file.write_text(
+                        json.dumps({"usage": usage, "limit": self.memory_limit})
+                    )
+                except OSError:
+                    pass
+            elif warned and fraction < MEMORY_CLEAR_FRACTION:
+                warned = False
+                pressure_file.unlink(missing_ok=True)
+
+    def _read_failure_record(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads((self.control_dir / contract.CONTROL_FAILURE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _write_termination_log(self, line: str) -> None:
+        try:
+            with open(self.termination_log, "w", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError as error:
+            # The verdict must not be lost: stderr is Kubernetes' fallback for the message.
+            sys.stderr.write(f"durapipe: cannot write {self.termination_log}: {error}\n")
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _default_stderr() -> IO[bytes] | None:
+    try:
+        return sys.stderr.buffer
+    except AttributeError:
+        return None
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_attempt(
+    command: Sequence[str],
+    *,
+    handle_signals: bool = False,
+    **options: Any,
+) -> AttemptResult:
+    """Run ``command`` to completion and return its classified result.
+
+    ``options`` are :class:`Attempt`'s keyword arguments.  With ``handle_signals`` (main thread
+    only) SIGTERM and SIGINT received by this process become a stop request for the command;
+    the previous handlers are restored afterwards.
+    """
+    attempt = Attempt(command, **options)
+    previous: dict[signal.Signals, Any] = {}
+    if handle_signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, lambda _s, _f: attempt.request_stop())
+    try:
+        try:
+            attempt.start()
+        except OSError as error:
+            return attempt.fail_to_start(error)
+        return attempt.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

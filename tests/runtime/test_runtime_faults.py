@@ -1,0 +1,201 @@
+"""Fault injection: killed savers and failing stores never lose the newest committed checkpoint.
+
+``DURAPIPE_FAULT_ROUNDS`` scales both tests (default 200 kills and 300 faulty saves).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durapipe.runtime.checkpoint import (
+    MANIFEST_DIR,
+    CheckpointError,
+    Committer,
+    restore_newest,
+    stage,
+)
+from durapipe.runtime.store import LocalStore, Store, StoreError, TransientStoreError
+from tests.runtime.runtime_helpers import child_env
+
+ROUNDS = int(os.environ.get("DURAPIPE_FAULT_ROUNDS", "200"))
+ZYGOTE = Path(__file__).with_name("fault_zygote.py")
+FROZEN = b"frozen-embedding" * 4096
+
+
+def newest_seq(store: Store) -> int | None:
+    seqs = [int(k.rsplit("/", 1)[1].split(".")[0]) for k in store.list(MANIFEST_DIR)]
+    return max(seqs) if seqs else None
+
+
+def check_consistent(path: Path, metadata: dict[str, Any]) -> int:
+    """The restored tree is one whole state: every file agrees on the step."""
+    step = int(json.loads((path / "step.json").read_text())["step"])
+    assert metadata == {"step": step}
+    weights = (path / "shards" / "weights.bin").read_bytes()
+    assert weights == step.to_bytes(8, "little") * (len(weights) // 8)
+    assert (path / "frozen.bin").read_bytes() == FROZEN
+    return step
+
+
+def test_sigkill_at_random_points_never_loses_the_newest_commit(tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    store = LocalStore(tmp_path / "store")
+    zygote = subprocess.Popen(
+        [sys.executable, str(ZYGOTE), uri, str(tmp_path)],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert zygote.stdin is not None and zygote.stdout is not None
+    rng = random.Random(20261129)
+    last_step, last_seq, landed = 0, 0, 0
+    try:
+        for round_index in range(ROUNDS):
+            zygote.stdin.write(f"go {round_index}\n")
+            zygote.stdin.flush()
+            pid = int(zygote.stdout.readline())
+            if round_index % 10 == 9:
+                # Every tenth worker lives until it has committed something new, so the run
+                # makes progress however slow this machine is; the others die at random.
+                for _ in range(10_000):
+                    if (newest_seq(store) or 0) > last_seq:
+                        break
+                    time.sleep(0.002)
+            time.sleep(rng.uniform(0, 0.04))
+            os.kill(pid, signal.SIGKILL)
+            zygote.stdin.write(f"reap {pid}\n")
+            zygote.stdin.flush()
+            status = int(zygote.stdout.readline())
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+            seq = newest_seq(store)
+            restored = restore_newest(store, tmp_path / "check")
+            if seq is None:
+                assert restored is None
+                continue
+            assert restored is not None, "a commit exists but load() returned None"
+            assert restored.commit.seq == seq, "load() did not return the newest commit"
+            step = check_consistent(restored.path, restored.commit.metadata)
+            assert step >= last_step and seq >= last_seq
+            landed += seq > last_seq
+            last_step, last_seq = step, seq
+    finally:
+        zygote.kill()
+        zygote.wait()
+    # The kills interrupted real progress, not an idle loop.
+    assert landed >= ROUNDS // 10
+
+
+class FaultyStore:
+    """A local store whose writes and reads fail at random.
+
+    Transient failures are retried by the protocol; "fatal" ones end the operation.  A failing
+    ``put_file`` may first leave a truncated object behind, as a store without atomic puts would.
+    """
+
+    def __init__(self, inner: LocalStore, rng: random.Random, rate: float) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.parallel_files = inner.parallel_files
+        self.rng = rng
+        self.rate = rate
+
+    def _maybe_fail(self, name: str, tear: Callable[[], None] | None = None) -> None:
+        roll = self.rng.random()
+        if roll < self.rate:
+            if tear is not None and roll < self.rate / 2:
+                tear()
+            raise TransientStoreError(f"injected transient failure of {name}")
+        if roll < self.rate * 1.3:
+            raise StoreError(f"injected fatal failure of {name}")
+
+    def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
+        self._maybe_fail("put_bytes")
+        self.inner.put_bytes(key, data, create_only=create_only)
+
+    def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+        def tear() -> None:
+            data = path.read_bytes()
+            self.inner.put_bytes(key, data[: len(data) // 2])
+
+        self._maybe_fail("put_file", tear)
+        self.inner.put_file(key, path, consume=consume)
+
+    def get_bytes(self, key: str) -> bytes:
+        self._maybe_fail("get_bytes")
+        return self.inner.get_bytes(key)
+
+    def get_file(
+        self, key: str, path: Path, size: int | None = None, *, algorithm: str | None = None
+    ) -> str | None:
+        self._maybe_fail("get_file")
+        return self.inner.get_file(key, path, size, algorithm=algorithm)
+
+    def size(self, key: str) -> int | None:
+        self._maybe_fail("size")
+        return self.inner.size(key)
+
+    def list(self, prefix: str) -> list[str]:
+        self._maybe_fail("list")
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self._maybe_fail("delete")
+        self.inner.delete(key)
+
+
+def test_store_errors_mid_upload_never_tear_or_lose_a_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _seconds: None)  # retry backoff
+    clean = LocalStore(tmp_path / "store", fsync=False)
+    rng = random.Random(7)
+    faulty = FaultyStore(clean, rng, rate=0.08)
+    committer = Committer(faulty, keep=2)  # type: ignore[arg-type]
+    spool = tmp_path / "spool"
+    state = tmp_path / "state"
+    committed_step, failures, load_errors = 0, 0, 0
+    for step in range(1, int(ROUNDS * 1.5) + 1):
+        (state / "shards").mkdir(parents=True, exist_ok=True)
+        (state / "shards" / "weights.bin").write_bytes(step.to_bytes(8, "little") * 512)
+        (state / "frozen.bin").write_bytes(FROZEN)
+        (state / "step.json").write_text(json.dumps({"step": step}))
+        request = stage(state, spool, {"step": step})
+        try:
+            committer.commit(request)
+            committed_step = step
+        except (StoreError, CheckpointError):
+            failures += 1
+        finally:
+            import shutil
+
+            shutil.rmtree(request, ignore_errors=True)
+        restored = restore_newest(clean, tmp_path / "check")
+        if committed_step == 0:
+            assert restored is None
+            continue
+        assert restored is not None and restored.commit.seq == newest_seq(clean)
+        # A failure after the manifest was written (during retention) still committed it.
+        assert check_consistent(restored.path, restored.commit.metadata) >= committed_step
+        # Loading through the failing store: the newest commit or a raised error, nothing else.
+        try:
+            through_faults = restore_newest(faulty, tmp_path / "check2")  # type: ignore[arg-type]
+        except (StoreError, CheckpointError):
+            load_errors += 1
+        else:
+            assert through_faults is not None
+            assert through_faults.commit.seq == restored.commit.seq
+    assert failures > 0 and load_errors > 0, "the injected faults never fired"
+    assert committed_step > ROUNDS // 2

@@ -1,0 +1,79 @@
+"""The Lightning and Hugging Face callbacks: a run stopped by SIGTERM resumes where it stopped."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from durapipe.runtime import contract
+from tests.runtime.runtime_helpers import EXAMPLES, child_env, runtime_cmd
+
+
+def env_for(tmp_path: Path) -> dict[str, str]:
+    return child_env(
+        **{
+            contract.ENV_CHECKPOINT_URI: (tmp_path / "store").as_uri(),
+            contract.ENV_CHECKPOINT_PATH: str(tmp_path / "local"),
+            contract.ENV_GRACE_SECONDS: "120",
+        }
+    )
+
+
+def stop_then_resume(tmp_path: Path, script: Path, stop_step: int) -> tuple[int, str]:
+    """SIGTERM the wrapped run after ``stop_step``; return where it stopped and the rerun's output."""
+    command = [sys.executable, str(script), "--step-seconds", "0.05"]
+    wrapper = subprocess.Popen(
+        runtime_cmd("exec", "--termination-log", str(tmp_path / "log"), "--", *command),
+        env=env_for(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert wrapper.stdout is not None
+    for line in wrapper.stdout:
+        if line.strip() == f"step {stop_step}":
+            wrapper.send_signal(signal.SIGTERM)
+            break
+    rest = wrapper.stdout.read()
+    assert wrapper.wait(timeout=180) == contract.EXIT_PREEMPTED, rest
+    stopped_at = int(rest.split("stopped at ")[1].split()[0])
+    assert stopped_at >= stop_step
+    second = subprocess.run(
+        [sys.executable, str(script)],
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    return stopped_at, second.stdout
+
+
+def test_lightning_run_resumes_from_the_mirrored_last_ckpt(tmp_path: Path) -> None:
+    pytest.importorskip("lightning", reason="lightning is in the ml extra (pulled in by test)")
+    total = 5 * 8  # epochs x batches
+    stopped_at, output = stop_then_resume(
+        tmp_path, EXAMPLES / "lightning_training.py", random.Random().randint(2, total - 4)
+    )
+    started = int(output.split("start ")[1].split()[0])
+    assert started == stopped_at
+    assert f"finished {total}" in output
+
+
+def test_hf_trainer_run_resumes_from_the_mirrored_checkpoint_dir(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "transformers", reason="transformers is in the ml extra (pulled in by test)"
+    )
+    stopped_at, output = stop_then_resume(
+        tmp_path, EXAMPLES / "hf_training.py", random.Random().randint(1, 9)
+    )
+    resumed_from = output.split("resumed from ")[1].split()[0]
+    assert resumed_from.endswith(f"checkpoint-{stopped_at}")
+    assert "step 1\n" not in output
+    assert "finished 12" in output

@@ -1,0 +1,88 @@
+"""The runtime stays cheap to import and ships as a self-contained zipapp."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from durapipe.runtime import contract
+from durapipe.runtime.build_zipapp import build
+from durapipe.runtime.hashing import hash_path
+from durapipe.runtime.wrapper import parse_verdict_line
+from tests.runtime.runtime_helpers import REPO_ROOT, child_env
+
+
+def test_importing_the_runtime_loads_only_the_standard_library() -> None:
+    code = (
+        "import sys, json\n"
+        "before = set(sys.modules)\n"
+        "import durapipe.runtime, durapipe.runtime.contract, durapipe.runtime.cachekey\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True
+    ).stdout
+    loaded = json.loads(out)
+    third_party = [
+        name
+        for name in loaded
+        if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] != "durapipe"
+    ]
+    assert third_party == []
+    assert not [n for n in loaded if n.startswith(("durapipe.dsl", "durapipe.compiler"))]
+
+
+def test_zipapp_runs_the_wrapper_without_the_source_tree(tmp_path: Path) -> None:
+    archive = build(tmp_path / "bin" / contract.RUNTIME_ZIPAPP_NAME)
+    names = zipfile.ZipFile(archive).namelist()
+    assert "__main__.py" in names and "durapipe/runtime/wrapper.py" in names
+    assert not [n for n in names if n.startswith(("durapipe/dsl", "durapipe/compiler"))]
+
+    # A bare environment in another directory: nothing but the archive provides durapipe.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    log = tmp_path / "log"
+    output = tmp_path / "out.txt"
+    env[contract.ENV_OUTPUTS] = json.dumps({"result": str(output)})
+    env[contract.ENV_OUTPUT_HASH_DIR] = str(tmp_path / "hashes")
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(archive),
+            "exec",
+            "--termination-log",
+            str(log),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(output)!r}, 'w').write('done')",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    verdict, _ = parse_verdict_line(log.read_text().strip())
+    assert verdict == contract.VERDICT_SUCCESS
+    # -S hides site-packages (blake3, an installed durapipe): the archive is all there is,
+    # and it hashed with the stdlib fallback.
+    assert (tmp_path / "hashes" / "result.hash").read_text() == hash_path(output, "sha256")
+
+
+def test_build_zipapp_command_line(tmp_path: Path) -> None:
+    target = tmp_path / "rt.pyz"
+    subprocess.run(
+        [sys.executable, "-m", "durapipe.runtime.build_zipapp", str(target)],
+        env=child_env(),
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    assert zipfile.is_zipfile(target)
