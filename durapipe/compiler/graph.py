@@ -1,0 +1,347 @@
+"""Assembly: stage templates into the entrypoint DAG and the document of the chosen kind.
+
+A pipeline within Argo's limits (200 templates per object, 200 tasks per DAG) becomes one
+object.  A bigger one is cut, in topological order, into parts: each part is a
+WorkflowTemplate holding a ``part`` DAG over its stages, and the entrypoint DAG calls the parts
+through ``templateRef``.  Data crossing a cut travels as part outputs and inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from durapipe.compiler import naming
+from durapipe.compiler.lower import (
+    LABEL_PIPELINE,
+    MANAGED_BY,
+    Context,
+    LoweredStage,
+    artifact_input_name,
+    check_literal,
+    hash_param_name,
+)
+from durapipe.dsl.model import Pipeline
+
+Json = dict[str, Any]
+
+API_VERSION = "argoproj.io/v1alpha1"
+PART_TEMPLATE = "part"
+#: Kubernetes' limit on one object (etcd), which Argo inherits.
+MAX_OBJECT_BYTES = 1024 * 1024
+
+
+def topo_order(ctx: Context) -> list[int]:
+    """Stage indexes in dependency order, ties broken by declaration order."""
+    stages = ctx.pipeline.stages
+    index = {s.name: i for i, s in enumerate(stages)}
+    deps = {i: {index[u] for u in s.upstream() if u in index and u != s.name}
+            for i, s in enumerate(stages)}
+    order: list[int] = []
+    done: set[int] = set()
+    remaining = list(range(len(stages)))
+    while remaining:
+        ready = [i for i in remaining if deps[i] <= done]
+        if not ready:
+            names = ", ".join(stages[i].name for i in remaining)
+            ctx.error("P0302", f"dependency cycle among stages: {names}", ("stages",))
+            return order + remaining
+        for i in ready:
+            order.append(i)
+            done.add(i)
+        remaining = [i for i in remaining if i not in done]
+    return order
+
+
+def param_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def arguments(ctx: Context) -> Json:
+    params: list[Json] = []
+    for i, param in enumerate(ctx.pipeline.params):
+        entry: Json = {"name": param.name}
+        if param.default is not None:
+            entry["value"] = check_literal(
+                ctx, param_value(param.default), ("params", i, "default"))
+        if param.description:
+            entry["description"] = param.description
+        params.append(entry)
+    return {"parameters": params} if params else {}
+
+
+@dataclass
+class Source:
+    """Where a stage's task finds an upstream output inside one DAG."""
+
+    #: (stage, output) -> (parameter expression, artifact expression)
+    refs: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+
+
+def task_for(lowered: LoweredStage, tasks_of: dict[str, str], source: Source,
+             local_deps: list[str]) -> Json:
+    entry: Json = {"name": lowered.task, "template": lowered.entry}
+    if local_deps:
+        entry["depends"] = " && ".join(sorted(local_deps))
+    params = [
+        {"name": lowered.hash_inputs[key], "value": source.refs[key][0]}
+        for key in sorted(lowered.hash_inputs)
+    ]
+    arts = [
+        {"name": artifact_input_name(s, o), "from": source.refs[(s, o)][1]}
+        for s, o in sorted(lowered.io.upstream)
+    ]
+    args: Json = {}
+    if params:
+        args["parameters"] = params
+    if arts:
+        args["artifacts"] = arts
+    if args:
+        entry["arguments"] = args
+    return entry
+
+
+def local_refs(stage: str, output: str, task: str) -> tuple[str, str]:
+    return (
+        "{{tasks." + task + ".outputs.parameters." + hash_param_name(output) + "}}",
+        "{{tasks." + task + ".outputs.artifacts." + output + "}}",
+    )
+
+
+def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
+    seen: dict[str, str] = {naming.ENTRYPOINT: "the entrypoint DAG"}
+    for item in lowered:
+        for template in item.templates:
+            name = str(template["name"])
+            owner = f"stage `{item.stage.name}`"
+            if name in seen and seen[name] != owner:
+                ctx.error(
+                    "P0402",
+                    f"generated template name `{name}` of {owner} collides with {seen[name]}",
+                    ("stages", ctx.pipeline.stages.index(item.stage), "name"),
+                    help="rename one of the stages",
+                )
+            seen.setdefault(name, owner)
+            if len(name) > naming.MAX_ARGO_NAME or not naming.ARGO_NAME_RE.match(name):
+                ctx.error("P0402", f"generated name `{name}` is not a valid Argo name",
+                          ("stages", ctx.pipeline.stages.index(item.stage), "name"))
+
+
+def metadata(ctx: Context, kind: str, name: str) -> Json:
+    pipeline = ctx.pipeline
+    meta: Json = {}
+    if kind == "Workflow":
+        meta["generateName"] = f"{name}-"
+        limit = naming.MAX_WORKFLOW_NAME - naming.GENERATE_NAME_SUFFIX
+    else:
+        meta["name"] = name
+        limit = naming.MAX_CRON_NAME if kind == "CronWorkflow" else naming.MAX_WORKFLOW_NAME
+    if len(name) > limit:
+        ctx.error("P0402", f"{kind} name `{name}` is longer than {limit} characters",
+                  ("name",))
+    if pipeline.namespace:
+        meta["namespace"] = pipeline.namespace
+    labels = {**MANAGED_BY, LABEL_PIPELINE: pipeline.name, **pipeline.labels}
+    meta["labels"] = dict(sorted(labels.items()))
+    if pipeline.annotations:
+        meta["annotations"] = dict(sorted(pipeline.annotations.items()))
+    return meta
+
+
+def workflow_spec(ctx: Context, templates: list[Json]) -> Json:
+    spec: Json = {"entrypoint": naming.ENTRYPOINT}
+    args = arguments(ctx)
+    if args:
+        spec["arguments"] = args
+    if ctx.pipeline.service_account:
+        spec["serviceAccountName"] = ctx.pipeline.service_account
+    spec["templates"] = templates
+    return spec
+
+
+def document(ctx: Context, kind: str, templates: list[Json]) -> Json:
+    pipeline: Pipeline = ctx.pipeline
+    spec = workflow_spec(ctx, templates)
+    if kind == "cron":
+        cron: Json = {"schedules": list(pipeline.schedules)}
+        if pipeline.timezone:
+            cron["timezone"] = pipeline.timezone
+        cron["concurrencyPolicy"] = "Forbid"
+        cron["workflowSpec"] = spec
+        return {"apiVersion": API_VERSION, "kind": "CronWorkflow",
+                "metadata": metadata(ctx, "CronWorkflow", pipeline.name), "spec": cron}
+    if kind == "template":
+        return {"apiVersion": API_VERSION, "kind": "WorkflowTemplate",
+                "metadata": metadata(ctx, "WorkflowTemplate", pipeline.name), "spec": spec}
+    return {"apiVersion": API_VERSION, "kind": "Workflow",
+            "metadata": metadata(ctx, "Workflow", pipeline.name), "spec": spec}
+
+
+def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+    tasks_of = {item.stage.name: item.task for item in lowered}
+    source = Source()
+    tasks: list[Json] = []
+    for item in lowered:
+        for s, o in item.io.upstream:
+            source.refs[(s, o)] = local_refs(s, o, tasks_of[s])
+        deps = [tasks_of[u] for u in item.stage.upstream() if u in tasks_of]
+        tasks.append(task_for(item, tasks_of, source, deps))
+    templates: list[Json] = [{"name": naming.ENTRYPOINT, "dag": {"tasks": tasks}}]
+    for item in lowered:
+        templates.extend(item.templates)
+    return [document(ctx, kind, templates)]
+
+
+def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredStage]]:
+    budget_templates = ctx.options.max_templates - 1  # the part DAG itself
+    budget_tasks = ctx.options.max_tasks
+    parts: list[list[LoweredStage]] = [[]]
+    count = 0
+    for item in lowered:
+        size = len(item.templates)
+        if parts[-1] and (count + size > budget_templates or len(parts[-1]) >= budget_tasks):
+            parts.append([])
+            count = 0
+        parts[-1].append(item)
+        count += size
+    return parts
+
+
+def split_objects(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+    parts = split_parts(ctx, lowered)
+    if len(parts) > ctx.options.max_tasks:
+        ctx.error("P0403", f"pipeline needs {len(parts)} parts, more than Argo's "
+                  f"{ctx.options.max_tasks} tasks in the entrypoint DAG", ("stages",))
+    part_of = {item.stage.name: i for i, part in enumerate(parts) for item in part}
+    tasks_of = {item.stage.name: item.task for item in lowered}
+    # Cross-part data edges: which (stage, output) each part exports and imports.
+    exports: list[set[tuple[str, str]]] = [set() for _ in parts]
+    imports: list[set[tuple[str, str]]] = [set() for _ in parts]
+    hash_needed: set[tuple[str, str]] = set()
+    part_deps: list[set[int]] = [set() for _ in parts]
+    for i, part in enumerate(parts):
+        for item in part:
+            for u in item.stage.upstream():
+                if u in part_of and part_of[u] != i:
+                    part_deps[i].add(part_of[u])
+            for s, o in item.io.upstream:
+                if part_of.get(s, i) != i:
+                    exports[part_of[s]].add((s, o))
+                    imports[i].add((s, o))
+                    if (s, o) in item.hash_inputs:
+                        hash_needed.add((s, o))
+
+    def exported_art(s: str, o: str) -> str:
+        return f"{s}-{o}"
+
+    def exported_hash(s: str, o: str) -> str:
+        return f"{s}-{o}-hash"
+
+    documents: list[Json] = []
+    main_tasks: list[Json] = []
+    for i, part in enumerate(parts):
+        source = Source()
+        for s, o in imports[i]:
+            source.refs[(s, o)] = (
+                "{{inputs.parameters." + exported_hash(s, o) + "}}",
+                "{{inputs.artifacts." + artifact_input_name(s, o) + "}}",
+            )
+        names = {item.stage.name for item in part}
+        tasks: list[Json] = []
+        for item in part:
+            for s, o in item.io.upstream:
+                if s in names:
+                    source.refs[(s, o)] = local_refs(s, o, tasks_of[s])
+            deps = [tasks_of[u] for u in item.stage.upstream() if u in names]
+            tasks.append(task_for(item, tasks_of, source, deps))
+        dag: Json = {"name": PART_TEMPLATE}
+        inputs: Json = {}
+        hashes = sorted(k for k in imports[i] if k in hash_needed)
+        if hashes:
+            inputs["parameters"] = [{"name": exported_hash(s, o)} for s, o in hashes]
+        if imports[i]:
+            inputs["artifacts"] = [{"name": artifact_input_name(s, o)}
+                                   for s, o in sorted(imports[i])]
+        if inputs:
+            dag["inputs"] = inputs
+        if exports[i]:
+            out_params = [
+                {"name": exported_hash(s, o), "valueFrom": {
+                    "parameter": local_refs(s, o, tasks_of[s])[0]}}
+                for s, o in sorted(exports[i]) if (s, o) in hash_needed
+            ]
+            outputs: Json = {}
+            if out_params:
+                outputs["parameters"] = out_params
+            outputs["artifacts"] = [
+                {"name": exported_art(s, o), "from": local_refs(s, o, tasks_of[s])[1]}
+                for s, o in sorted(exports[i])
+            ]
+            dag["outputs"] = outputs
+        dag["dag"] = {"tasks": tasks}
+        templates = [dag]
+        for item in part:
+            templates.extend(item.templates)
+        part_name = naming.part_name(ctx.pipeline.name, i)
+        spec: Json = {}
+        args = arguments(ctx)
+        if args:
+            spec["arguments"] = args
+        spec["templates"] = templates
+        documents.append({
+            "apiVersion": API_VERSION,
+            "kind": "WorkflowTemplate",
+            "metadata": metadata(ctx, "WorkflowTemplate", part_name),
+            "spec": spec,
+        })
+        # The entrypoint's task for this part.
+        task_name = f"part-{i}"
+        entry: Json = {"name": task_name,
+                       "templateRef": {"name": part_name, "template": PART_TEMPLATE}}
+        if part_deps[i]:
+            entry["depends"] = " && ".join(f"part-{d}" for d in sorted(part_deps[i]))
+        call_params = [
+            {"name": exported_hash(s, o),
+             "value": "{{tasks.part-" + str(part_of[s]) + ".outputs.parameters."
+                      + exported_hash(s, o) + "}}"}
+            for s, o in hashes
+        ]
+        call_arts = [
+            {"name": artifact_input_name(s, o),
+             "from": "{{tasks.part-" + str(part_of[s]) + ".outputs.artifacts."
+                     + exported_art(s, o) + "}}"}
+            for s, o in sorted(imports[i])
+        ]
+        call: Json = {}
+        if call_params:
+            call["parameters"] = call_params
+        if call_arts:
+            call["artifacts"] = call_arts
+        if call:
+            entry["arguments"] = call
+        main_tasks.append(entry)
+    main = document(ctx, kind, [{"name": naming.ENTRYPOINT, "dag": {"tasks": main_tasks}}])
+    return [*documents, main]
+
+
+def check_sizes(ctx: Context, documents: list[Json]) -> None:
+    for doc in documents:
+        size = len(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+        if size > MAX_OBJECT_BYTES:
+            name = doc["metadata"].get("name") or doc["metadata"].get("generateName")
+            ctx.error("P0403", f"{doc['kind']} `{name}` would be {size} bytes, over Argo's "
+                      "1 MiB object limit", ())
+
+
+def assemble(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+    check_names(ctx, lowered)
+    n_templates = 1 + sum(len(item.templates) for item in lowered)
+    if n_templates <= ctx.options.max_templates and len(lowered) <= ctx.options.max_tasks:
+        documents = single_object(ctx, kind, lowered)
+    else:
+        documents = split_objects(ctx, kind, lowered)
+    check_sizes(ctx, documents)
+    return documents

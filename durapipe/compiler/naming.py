@@ -1,0 +1,50 @@
+"""Deterministic Argo and Kubernetes names derived from pipeline and stage names."""
+
+from __future__ import annotations
+
+import re
+
+#: Argo template, task and step names (full CRD pattern), at most 128 characters.
+ARGO_NAME_RE = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]*$")
+#: Argo parameter and artifact names.
+PARAM_NAME_RE = re.compile(r"^[-a-zA-Z0-9_]+$")
+DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_ARGO_NAME = 128
+#: Workflow and WorkflowTemplate names (validator), CronWorkflow names (timestamp suffix).
+MAX_WORKFLOW_NAME = 63
+MAX_CRON_NAME = 52
+#: Argo appends 5 random characters to ``generateName``.
+GENERATE_NAME_SUFFIX = 5
+
+#: Names the compiler itself uses for templates in every object.
+ENTRYPOINT = "main"
+RESERVED_TEMPLATE_NAMES = frozenset({ENTRYPOINT})
+
+
+def slug(text: str) -> str:
+    """Lower-case DNS-1123 fragment of arbitrary text (``A100-80GB`` -> ``a100-80gb``)."""
+    out = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return out or "x"
+
+
+def task_name(stage: str) -> str:
+    """Template and DAG task name of a stage.
+
+    Stage names are already DNS-1123 labels; Argo forbids task names that start with a digit
+    when ``depends`` is used, and ``main`` is the entrypoint.
+    """
+    if stage[:1].isdigit() or stage in RESERVED_TEMPLATE_NAMES:
+        return f"stage-{stage}"
+    return stage
+
+
+def memory_slug(size: str) -> str:
+    return slug(size)
+
+
+def cache_configmap(pipeline: str) -> str:
+    return f"durapipe-cache-{pipeline}"[:253]
+
+
+def part_name(pipeline: str, index: int) -> str:
+    return f"{pipeline}-part-{index}"

@@ -1,0 +1,46 @@
+"""Compile options and the result type shared by the library API and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # importing the front end here would make `durapipe --help` pay for it
+    from durapipe.dsl.diagnostics import Diagnostic
+    from durapipe.dsl.source import SourceMap
+
+ArgoVersion = Literal["4.1", "3.7"]
+ARGO_VERSIONS: tuple[ArgoVersion, ...] = ("4.1", "3.7")
+
+#: The image the init container copies the runtime zipapp from (and the upload sidecar runs).
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/durapipe/runtime:0.1.0"
+#: Where the zipapp sits inside :data:`DEFAULT_RUNTIME_IMAGE`.
+RUNTIME_IMAGE_ZIPAPP = "/opt/durapipe/durapipe-runtime.pyz"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What the caller chooses; everything else comes from the pipeline."""
+
+    #: Overrides ``pipeline.kind`` (``--kind``).
+    kind: Literal["workflow", "template", "cron"] | None = None
+    argo_version: ArgoVersion = "4.1"
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    #: Seconds a checkpointing pod gets between SIGTERM and SIGKILL (final save + upload).
+    checkpoint_grace_seconds: int = 300
+    #: Argo's per-object limits; lowered only by tests that exercise splitting.
+    max_templates: int = 200
+    max_tasks: int = 200
+    #: Where the model came from, so diagnostics can point at source lines.
+    source_map: SourceMap | None = None
+    source_path: str | None = None
+
+
+@dataclass
+class CompileResult:
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)

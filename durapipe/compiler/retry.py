@@ -1,0 +1,125 @@
+"""Retry classification: the ``retryStrategy.expression`` text and the DAG conditions of the
+OOM ladder and GPU fallback.
+
+Every piece of Argo expression text the compiler emits for failure handling is built here, so
+the lowering document and the tests have one place to point at.  Expressions are expr-lang
+(Argo >= 3.5 for ``lastRetry.message``); every variable is a string.
+"""
+
+from __future__ import annotations
+
+from durapipe.dsl.model import Retry
+from durapipe.runtime import contract
+
+_MSG = "lastRetry.message"
+
+#: Substrings of ``lastRetry.message`` that mean the pod was taken away, not that it failed:
+#: Argo's own "pod deleted" (node drained, spot VM reclaimed, taint eviction, scheduler
+#: preemption), the kubelet's graceful node shutdown, kubelet and API evictions, the
+#: DisruptionTarget condition reason, and the runtime's preempted verdict (SIGTERM received).
+PREEMPTION_MARKERS: tuple[str, ...] = (
+    "pod deleted",
+    "imminent node shutdown",
+    "Evicted",
+    "evicted",
+    "The node was low on resource",
+    "DisruptionTarget",
+    "PreemptionByScheduler",
+    contract.verdict_marker(contract.VERDICT_PREEMPTED),
+)
+#: The kubelet's OOM kill of the main container, and the runtime's host OOM verdict.
+OOM_MARKERS: tuple[str, ...] = ("OOMKilled", contract.verdict_marker(contract.VERDICT_HOST_OOM))
+GPU_OOM_MARKERS: tuple[str, ...] = (contract.verdict_marker(contract.VERDICT_GPU_OOM),)
+
+
+def _any_message(markers: tuple[str, ...]) -> str:
+    return " || ".join(f"{_MSG} contains '{m}'" for m in markers)
+
+
+def preempted() -> str:
+    """True when the last attempt was preempted (wrapper exit 143 or a preemption message)."""
+    return f"(lastRetry.exitCode == '{contract.EXIT_PREEMPTED}' || {_any_message(PREEMPTION_MARKERS)})"
+
+
+def oom() -> str:
+    return f"({_any_message(OOM_MARKERS)})"
+
+
+def gpu_oom() -> str:
+    return f"(lastRetry.exitCode == '{contract.EXIT_GPU_OOM}' || {_any_message(GPU_OOM_MARKERS)})"
+
+
+def expression(retry: Retry, *, has_ladder: bool) -> str:
+    """``retryStrategy.expression`` of every leaf: retry preemptions, nothing else.
+
+    Argo has one ``limit`` per retryStrategy and shows the expression only the last attempt, so
+    one retryStrategy cannot keep two budgets.  Each leaf task therefore retries preemptions
+    (its ``limit`` is the preemption budget) and ends on anything else; an application failure
+    starts the next application attempt's task, an OOM kill the next rung's, a CUDA OOM with
+    ``gpu_oom = "fail"`` nothing (``app_failure_condition``).
+    """
+    del retry, has_ladder  # the classification of what ends a task is in the DAG conditions
+    return preempted()
+
+
+# -- DAG conditions of the variant grid --------------------------------------------------------
+#
+# No nil-safe operators (`?.`, `??`) here: Argo substitutes `{{=...}}` in several passes, and an
+# expression that evaluates without error in an early pass (where `tasks` is not yet in scope)
+# is frozen to that value.  Without them the early passes fail to resolve and leave the tag for
+# the DAG's own pass, where every predecessor named in `depends` has a status.  `exitCode` is
+# read with `get()`: the DAG pass resolves strictly, and a static member path such as
+# `tasks['x'].exitCode` to a task that never ran (so has no exit code) is a "missing variable"
+# that requeues the workflow forever (verified on Argo's controller:
+# tests/compiler/test_argo_controller.py).
+
+
+def oom_condition(task: str) -> str:
+    """The previous rung ended in an OOM kill (the runtime never exits 137 for app failures)."""
+    t = f"tasks['{task}']"
+    return f"{t}.status == 'Failed' && get({t}, 'exitCode') == '{contract.EXIT_HOST_OOM}'"
+
+
+def fallback_condition(task: str) -> str:
+    """The previous GPU type gave up without running the main container to an exit code.
+
+    That is the pending timeout (the pod never ran), or capacity lost while pending.  A type
+    that ran and failed does not fall back: its failure is the stage's failure.
+    """
+    t = f"tasks['{task}']"
+    return (
+        f"{t}.status in ['Failed', 'Error'] && "
+        f"(get({t}, 'exitCode') ?? '') in ['', '-1']"
+    )
+
+
+def _exit_code(task: str) -> str:
+    return f"(get(tasks['{task}'], 'exitCode') ?? '')"
+
+
+def preempted_exit_condition(task: str) -> str:
+    """A waiting GPU type's probe ran and was preempted (the runtime's exit 143): the type's
+    preemption retries continue in its ``-retry`` task."""
+    return (
+        f"tasks['{task}'].status in ['Failed', 'Error'] && "
+        f"{_exit_code(task)} == '{contract.EXIT_PREEMPTED}'"
+    )
+
+
+def app_failure_condition(task: str, rule: Retry, *, has_ladder: bool) -> str:
+    """The task ended in an application failure, so the next application attempt runs.
+
+    Read from the exit code, the only thing a DAG condition sees: any exit code except none
+    (the pod never ran or was lost), 143 (preempted: that task's preemption budget is spent),
+    137 with a ladder (the next rung takes over; the runtime never exits 137 for an application
+    failure) and 86 (CUDA OOM) with ``gpu_oom = "fail"``.
+    """
+    stop = ["''", "'-1'", f"'{contract.EXIT_PREEMPTED}'"]
+    if has_ladder:
+        stop.append(f"'{contract.EXIT_HOST_OOM}'")
+    if rule.gpu_oom == "fail":
+        stop.append(f"'{contract.EXIT_GPU_OOM}'")
+    return (
+        f"tasks['{task}'].status in ['Failed', 'Error'] && "
+        f"!({_exit_code(task)} in [{', '.join(stop)}])"
+    )

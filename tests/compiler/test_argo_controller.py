@@ -1,0 +1,250 @@
+"""Compiled output run through Argo's real workflow controller (tools/argo-sim, Go).
+
+The harness belongs to issue 4 (tests/argo/); these tests feed it *compiled* pipelines rather
+than hand-written YAML, so the retry expression, the rung and fallback conditions and the join
+are proven on Argo's own code.  The harness builds Argo v4.0.5, which predates
+``pendingTimeout``: the field is removed before the run, and a pod lost while pending stands in
+for a pending timeout (both end the attempt without an exit code).  Skips without Go (mandatory
+in CI).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durapipe.compiler import CompileOptions, compile_pipeline
+from tests.compiler.models import (
+    GI,
+    Cluster,
+    Gpu,
+    GpuChoice,
+    OnOom,
+    Resources,
+    Retry,
+    fallback_gpu,
+    pipeline,
+    stage,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def run(p: Any, attempts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    from tests.argo.argo_tools import run_scenario
+
+    result = compile_pipeline(p, CompileOptions())
+    assert result.ok
+    (doc,) = result.documents
+    doc["metadata"] = {"name": "sim"}
+    for t in doc["spec"]["templates"]:
+        t.pop("pendingTimeout", None)
+    report = run_scenario({"name": "compiled", "workflow": doc,
+                           "runs": [{"attempts": attempts}], "expect": {}})
+    assert not report.get("error"), report.get("error")
+    run_report: dict[str, Any] = report["runs"][0]
+    return run_report
+
+
+def pods(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(task, phase, memory limit) of every pod attempt, in the order the harness ran them."""
+    return [(a["key"], a["phase"], a.get("pod", {}).get("memoryLimit", ""))
+            for a in report["attempts"]]
+
+
+def node(report: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [n for n in report["nodes"] if n["displayName"] == name]
+    return found
+
+
+LADDER = Retry(attempts=1, preemptions=1, on_oom=OnOom(memory=(GI, 2 * GI, 4 * GI)))
+
+
+def test_oom_ladder_climbs_and_resumes_on_the_last_rung() -> None:
+    report = run(pipeline(stage(retry=LADDER)), {
+        "train-mem-1gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-4gi-app-0": [{"outcome": "succeeded", "minutes": 5}],
+    })
+    assert report["phase"] == "Succeeded"
+    assert node(report, "train-mem-1gi-app-0(0)")["pod"]["memoryLimit"] == "1Gi"
+    assert node(report, "train-mem-2gi-app-0(0)")["pod"]["memoryLimit"] == "2Gi"
+    assert node(report, "train-mem-4gi-app-0(0)")["pod"]["env"]["DURAPIPE_RUNG"] == "2"
+    assert node(report, "train-done")["phase"] == "Succeeded"
+
+
+def test_a_non_oom_failure_does_not_climb_and_spends_exactly_the_application_budget() -> None:
+    report = run(pipeline(stage(retry=LADDER)), {
+        "train-mem-1gi-app-0": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+        "train-mem-1gi-app-1": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+    })
+    assert report["phase"] == "Failed"
+    # attempts = 1: one retry after the first application failure, at the same rung.
+    assert [p[0] for p in pods(report)] == ["train-mem-1gi-app-0", "train-mem-1gi-app-1"]
+    assert {p[2] for p in pods(report)} == {"1Gi"}
+    assert node(report, "train-mem-2gi-app-0")["phase"] in ("Skipped", "Omitted")
+
+
+def test_the_application_budget_carries_across_rungs() -> None:
+    report = run(pipeline(stage(retry=LADDER)), {
+        "train-mem-1gi-app-0": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+        "train-mem-1gi-app-1": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-1": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+    })
+    assert report["phase"] == "Failed"
+    assert [p[0] for p in pods(report)] == [
+        "train-mem-1gi-app-0", "train-mem-1gi-app-1", "train-mem-2gi-app-1"]
+    assert node(report, "train-mem-2gi-app-1")["phase"] == "Failed"
+
+
+def test_oom_at_every_rung_fails_with_the_exhausted_message() -> None:
+    report = run(pipeline(stage(retry=LADDER)), {
+        "train-mem-1gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-4gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        # The harness cannot run the image; it plays the exhausted task's own exit.
+        "train-oom-exhausted": [{"outcome": "failed", "exitCode": 1, "minutes": 1,
+                                 "message": "durapipe: stage train ran out of memory"}],
+    })
+    assert report["phase"] == "Failed"
+    assert node(report, "train-oom-exhausted")["phase"] == "Failed"
+    assert node(report, "train-done")["phase"] == "Omitted"
+
+
+def test_preemptions_do_not_spend_the_application_budget_and_last_attempt_is_on_demand() -> None:
+    s = stage(interruptible=True, last_attempt_on_demand=True, retry=Retry(attempts=0, preemptions=2))
+    report = run(pipeline(s, cluster=Cluster(profile="karpenter")), {
+        "train": [{"outcome": "deleted", "minutes": 5},
+                  {"outcome": "disrupted", "message": "durapipe-verdict:preempted", "minutes": 5},
+                  {"outcome": "succeeded", "minutes": 5}],
+    })
+    assert report["phase"] == "Succeeded"
+    selectors = [node(report, f"train({i})")["pod"]["nodeSelector"]["karpenter.sh/capacity-type"]
+                 for i in range(3)]
+    assert selectors == ["spot", "spot", "on-demand"]
+
+
+def test_an_application_failure_without_budget_is_not_retried() -> None:
+    report = run(pipeline(stage(retry=Retry(attempts=0, preemptions=3))), {
+        "train": [{"outcome": "failed", "exitCode": 1, "minutes": 5,
+                   "message": "durapipe-verdict:app_failure"}],
+    })
+    assert report["phase"] == "Failed"
+    assert [p[0] for p in pods(report)] == ["train"] or len(pods(report)) == 1
+
+
+def test_gpu_type_lost_while_pending_falls_back_but_a_failure_does_not() -> None:
+    p = pipeline(stage(resources=Resources(gpu=fallback_gpu()), retry=Retry(preemptions=0)))
+    report = run(p, {"train-h100": [{"outcome": "deleted", "minutes": 30}],
+                     "train-a100-80gb": [{"outcome": "succeeded", "minutes": 5}]})
+    assert report["phase"] == "Succeeded"
+    assert node(report, "train-a100-80gb")["pod"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    report = run(p, {"train-h100": [{"outcome": "failed", "exitCode": 2, "minutes": 30}]})
+    assert report["phase"] == "Failed"
+    assert node(report, "train-a100-80gb")["phase"] == "Skipped"
+
+
+def test_ladder_and_fallback_grid_succeeds_after_a_failed_branch() -> None:
+    gpu = Gpu(count=8, types=(GpuChoice(type="H100", count=8), GpuChoice(type="A100", count=8)),
+              fallback_after=1800)
+    p = pipeline(stage(resources=Resources(gpu=gpu),
+                       retry=Retry(preemptions=1, on_oom=OnOom(memory=(GI, 2 * GI)))))
+    report = run(p, {
+        "train-h100-mem-1gi": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-h100-mem-2gi": [{"outcome": "deleted", "minutes": 5},
+                               {"outcome": "deleted", "minutes": 5}],
+        "train-a100-mem-2gi": [{"outcome": "succeeded", "minutes": 5}],
+    })
+    # The H100 rung-2 branch ended in Error; the join keeps it from failing the stage.
+    assert report["phase"] == "Succeeded"
+    assert node(report, "train-a100-mem-2gi(0)")["pod"]["memoryLimit"] == "2Gi"
+
+
+def test_a_waiting_type_preempted_after_it_ran_retries_on_the_same_type() -> None:
+    p = pipeline(stage(resources=Resources(gpu=fallback_gpu()), retry=Retry(preemptions=2)))
+    report = run(p, {
+        "train-h100": [{"outcome": "disrupted", "message": "durapipe-verdict:preempted",
+                        "minutes": 20}],
+        "train-h100-retry": [{"outcome": "succeeded", "minutes": 5}],
+    })
+    assert report["phase"] == "Succeeded"
+    assert node(report, "train-h100")["phase"] == "Failed"
+    assert node(report, "train-a100-80gb")["phase"] == "Skipped"
+    retried = node(report, "train-h100-retry(0)")
+    assert retried["pod"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert retried["pod"]["env"]["DURAPIPE_ATTEMPT"] == "1"
+
+
+def strip_artifacts(doc: dict[str, Any]) -> None:
+    """The harness cannot complete pods that declare artifacts; hashes travel as parameters."""
+    for t in doc["spec"]["templates"]:
+        for io in ("inputs", "outputs"):
+            if io in t:
+                t[io].pop("artifacts", None)
+        for task in t.get("dag", {}).get("tasks", []):
+            if "arguments" in task:
+                task["arguments"].pop("artifacts", None)
+
+
+def test_memoized_stage_is_reused_unless_a_param_or_upstream_hash_changes() -> None:
+    from durapipe.dsl.model import Cache, Param, Ref
+    from tests.argo.argo_tools import run_scenario
+
+    p = pipeline(
+        stage("prep", outputs={"data": "/out/data"}),
+        stage("train", command=("python", "train.py", "--lr", Ref(path=("params", "lr")),
+                                Ref(path=("prep", "outputs", "data"))),
+              outputs={"model": "/out/model"}, cache=Cache(max_age=86400)),
+        params=(Param(name="lr", type="float", default=0.1),),
+    )
+    (doc,) = compile_pipeline(p, CompileOptions()).documents
+    doc["metadata"] = {"name": "memo"}
+    strip_artifacts(doc)
+
+    def attempts(prep_hash: str, model: str) -> dict[str, Any]:
+        return {"prep": [{"outcome": "succeeded", "outputs": {"data-hash": prep_hash}}],
+                "train": [{"outcome": "succeeded", "outputs": {"model-hash": model}}]}
+
+    report = run_scenario({"name": "memo", "workflow": doc, "expect": {}, "runs": [
+        {"attempts": attempts("aaaa", "m1")},
+        {"attempts": attempts("aaaa", "SHOULD-NOT-RUN")},
+        {"attempts": attempts("bbbb", "m3")},
+        {"attempts": attempts("bbbb", "m4"), "parameters": {"lr": "0.2"}},
+    ]})
+    assert not report.get("error"), report.get("error")
+    trains = [node(run_report, "train") for run_report in report["runs"]]
+    assert [r["phase"] for r in report["runs"]] == ["Succeeded"] * 4
+    assert [t["memoization"]["hit"] for t in trains] == [False, True, False, False]
+    assert [t["outputs"]["model-hash"] for t in trains] == ["m1", "m1", "m3", "m4"]
+    assert trains[0]["memoization"]["cacheName"] == "durapipe-cache-demo"
+
+
+def test_preemptions_and_application_failures_keep_separate_budgets() -> None:
+    s = stage(interruptible=True, retry=Retry(attempts=1, preemptions=2))
+    report = run(pipeline(s), {
+        "train-app-0": [{"outcome": "deleted", "minutes": 5},
+                        {"outcome": "shutdown", "minutes": 5},
+                        {"outcome": "failed", "exitCode": 3, "minutes": 5,
+                         "message": "durapipe-verdict:app_failure"}],
+        "train-app-1": [{"outcome": "disrupted", "message": "durapipe-verdict:preempted",
+                         "minutes": 5},
+                        {"outcome": "succeeded", "minutes": 5}],
+    })
+    # Two preemptions did not spend the one application retry, which then had its own
+    # preemption budget.
+    assert report["phase"] == "Succeeded"
+    assert [p[0] for p in pods(report)] == ["train-app-0"] * 3 + ["train-app-1"] * 2
+    attempts = [a["pod"]["env"]["DURAPIPE_ATTEMPT"] for a in report["attempts"]]
+    assert attempts == ["0", "1", "2", "3", "4"]
+
+
+def test_application_failures_stop_at_the_budget_even_with_preemptions_left() -> None:
+    s = stage(retry=Retry(attempts=1, preemptions=5))
+    report = run(pipeline(s), {
+        "train-app-0": [{"outcome": "failed", "exitCode": 1, "minutes": 5}],
+        "train-app-1": [{"outcome": "failed", "exitCode": 1, "minutes": 5}],
+    })
+    assert report["phase"] == "Failed"
+    assert len(pods(report)) == 2

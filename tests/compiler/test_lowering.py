@@ -1,0 +1,571 @@
+"""Focused tests, one construct at a time: the exact Argo text each construct lowers to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from durapipe.compiler import CompileOptions, CompileResult, compile_pipeline, memo, retry
+from durapipe.runtime import contract
+from tests.compiler.models import (
+    GI,
+    Cache,
+    Checkpoint,
+    Cluster,
+    Distributed,
+    Gpu,
+    GpuChoice,
+    Interp,
+    OnOom,
+    Param,
+    Ref,
+    Resources,
+    Retry,
+    fallback_gpu,
+    ladder_stage,
+    pipeline,
+    prep_train_eval,
+    spot_stage,
+    stage,
+)
+
+Json = dict[str, Any]
+
+
+def compiled(p: Any, **options: Any) -> CompileResult:
+    result = compile_pipeline(p, CompileOptions(**options))
+    assert result.ok, [d.message for d in result.diagnostics]
+    return result
+
+
+def codes(p: Any, **options: Any) -> list[str]:
+    return [d.code for d in compile_pipeline(p, CompileOptions(**options)).diagnostics]
+
+
+def templates(result: CompileResult) -> dict[str, Json]:
+    out: dict[str, Json] = {}
+    for doc in result.documents:
+        spec = doc["spec"].get("workflowSpec", doc["spec"])
+        for t in spec["templates"]:
+            out[t["name"]] = t
+    return out
+
+
+def env_of(template: Json) -> dict[str, str]:
+    main = template.get("container") or template.get("script")
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in main["env"]}
+
+
+PREEMPTED = (
+    "(lastRetry.exitCode == '143' || lastRetry.message contains 'pod deleted' || "
+    "lastRetry.message contains 'imminent node shutdown' || lastRetry.message contains 'Evicted' || "
+    "lastRetry.message contains 'evicted' || lastRetry.message contains 'The node was low on resource' || "
+    "lastRetry.message contains 'DisruptionTarget' || lastRetry.message contains 'PreemptionByScheduler' || "
+    "lastRetry.message contains 'durapipe-verdict:preempted')"
+)
+GPU_OOM = "(lastRetry.exitCode == '86' || lastRetry.message contains 'durapipe-verdict:gpu_oom')"
+OOM = "(lastRetry.message contains 'OOMKilled' || lastRetry.message contains 'durapipe-verdict:host_oom')"
+
+
+# -- retries ----------------------------------------------------------------------------------
+
+
+def test_each_task_retries_preemptions_only_with_the_preemption_budget() -> None:
+    t = templates(compiled(pipeline(spot_stage())))["train"]
+    assert t["retryStrategy"] == {
+        "limit": "5",
+        "retryPolicy": "Always",
+        "expression": PREEMPTED,
+        "backoff": {"duration": "30s", "factor": "2", "cap": "10m"},
+    }
+    assert env_of(t)[contract.ENV_ATTEMPT] == "{{retries}}"
+
+
+def test_application_attempts_are_separate_tasks_chained_on_application_failure() -> None:
+    ts = templates(compiled(pipeline(stage(retry=Retry(attempts=2, preemptions=3)))))
+    grid = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    assert list(grid) == ["train-app-0", "train-app-1", "train-app-2", "train-done"]
+    assert grid["train-app-1"]["depends"] == "train-app-0.Failed || train-app-0.Errored"
+    assert grid["train-app-1"]["when"] == (
+        "{{=(tasks['train-app-0'].status in ['Failed', 'Error'] && "
+        "!((get(tasks['train-app-0'], 'exitCode') ?? '') in ['', '-1', '143', '86']))}}"
+    )
+    for k in range(3):
+        assert ts[f"train-app-{k}"]["retryStrategy"]["limit"] == "3"
+        assert ts[f"train-app-{k}"]["retryStrategy"]["expression"] == PREEMPTED
+    assert env_of(ts["train-app-0"])[contract.ENV_ATTEMPT] == "{{retries}}"
+    assert env_of(ts["train-app-2"])[contract.ENV_ATTEMPT] == "{{=asInt(retries) + 8}}"
+
+
+def test_without_an_application_budget_only_preemptions_retry() -> None:
+    t = templates(compiled(pipeline(stage())))["train"]
+    assert t["retryStrategy"] == {"limit": "3", "retryPolicy": "Always", "expression": PREEMPTED}
+
+
+def test_gpu_oom_retry_policy_makes_cuda_oom_an_application_failure() -> None:
+    s = stage(retry=Retry(attempts=1, preemptions=0, gpu_oom="retry"))
+    ts = templates(compiled(pipeline(s)))
+    assert "retryStrategy" not in ts["train-app-0"]
+    when = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}["train-app-1"]["when"]
+    assert "['', '-1', '143']" in when
+    assert env_of(ts["train-app-1"])[contract.ENV_ATTEMPT] == "1"
+    assert env_of(ts["train-app-0"])[contract.ENV_GPU_OOM_POLICY] == "retry"
+
+
+def test_no_budgets_means_no_retry_strategy_and_attempt_zero() -> None:
+    t = templates(compiled(pipeline(stage(retry=Retry(preemptions=0)))))["train"]
+    assert "retryStrategy" not in t
+    assert env_of(t)[contract.ENV_ATTEMPT] == "0"
+
+
+def test_backoff_cap_and_factor_are_strings() -> None:
+    s = stage(retry=Retry(attempts=0, backoff=60, backoff_factor=3, max_backoff=3600))
+    backoff = templates(compiled(pipeline(s)))["train"]["retryStrategy"]["backoff"]
+    assert backoff == {"duration": "1m", "factor": "3", "cap": "1h"}
+
+
+def test_retry_markers_come_from_the_runtime_contract() -> None:
+    assert contract.verdict_marker(contract.VERDICT_PREEMPTED) in retry.preempted()
+    assert contract.verdict_marker(contract.VERDICT_HOST_OOM) in retry.oom()
+    assert f"'{contract.EXIT_PREEMPTED}'" in retry.preempted()
+
+
+# -- OOM ladder -------------------------------------------------------------------------------
+
+
+def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
+    result = compiled(pipeline(ladder_stage()))
+    ts = templates(result)
+    grid = ts["train"]["dag"]["tasks"]
+    assert [t["name"] for t in grid] == [
+        "train-mem-256gi", "train-mem-512gi", "train-mem-1ti", "train-oom-exhausted", "train-done",
+    ]
+    assert grid[1]["depends"] == "train-mem-256gi.Failed || train-mem-256gi.Errored"
+    assert grid[1]["when"] == (
+        "{{=(tasks['train-mem-256gi'].status == 'Failed' && "
+        "get(tasks['train-mem-256gi'], 'exitCode') == '137')}}"
+    )
+    assert grid[3]["depends"] == "train-mem-1ti.Failed"
+    assert grid[4]["depends"] == (
+        "train-mem-256gi.Succeeded || train-mem-512gi.Succeeded || train-mem-1ti.Succeeded"
+        " || train-oom-exhausted.Succeeded"
+    )
+    for rung, size in enumerate(("256Gi", "512Gi", "1Ti")):
+        leaf = ts[grid[rung]["name"]]
+        assert leaf["container"]["resources"]["limits"]["memory"] == size
+        assert leaf["container"]["resources"]["requests"]["memory"] == size
+        env = env_of(leaf)
+        assert env[contract.ENV_RUNG] == str(rung)
+        assert env[contract.ENV_MEMORY_LIMIT] == str({0: 256, 1: 512, 2: 1024}[rung] * GI)
+        # An OOM kill is never retried on the same rung; the next rung's task runs instead.
+        assert leaf["retryStrategy"]["expression"] == PREEMPTED
+        assert leaf["retryStrategy"]["limit"] == "2"
+        # Every rung resumes from the same checkpoint line: keyed by run and stage only.
+        assert env[contract.ENV_CHECKPOINT_URI] == ts[grid[0]["name"]]["container"]["env"][
+            [e["name"] for e in ts[grid[0]["name"]]["container"]["env"]].index(
+                contract.ENV_CHECKPOINT_URI)]["value"]
+    exhausted = ts["train-oom-exhausted"]["container"]
+    assert "ran out of memory at every size" in exhausted["command"][2]
+    assert "256Gi, 512Gi, 1Ti" in exhausted["command"][2]
+    assert exhausted["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert ts["train-done"] == {"name": "train-done", "suspend": {"duration": "0"}}
+
+
+def test_checkpoint_uri_is_keyed_by_run_or_pipeline_and_stage_never_attempt() -> None:
+    run = env_of(templates(compiled(pipeline(ladder_stage(), storage="s3://b/p")))["train-mem-1ti"])
+    assert run[contract.ENV_CHECKPOINT_URI] == "s3://b/p/demo/runs/{{workflow.name}}/train/checkpoints"
+    s = stage(checkpoint=Checkpoint(scope="pipeline", path="/ckpt", keep=5))
+    env = env_of(templates(compiled(pipeline(s, storage="s3://b/p")))["train"])
+    assert env[contract.ENV_CHECKPOINT_URI] == "s3://b/p/demo/stages/train/checkpoints"
+    assert env[contract.ENV_CHECKPOINT_PATH] == "/ckpt"
+    assert env[contract.ENV_CHECKPOINT_KEEP] == "5"
+
+
+# -- runtime injection ------------------------------------------------------------------------
+
+
+def test_runtime_is_injected_with_wrapper_init_container_sidecar_and_grace() -> None:
+    s = stage(checkpoint=Checkpoint(path="/ckpt"), resources=Resources(shm=16 * GI))
+    t = templates(compiled(pipeline(s, storage="s3://b/p", storage_secret="creds")))["train"]
+    main = t["container"]
+    assert main["command"] == [
+        "python3", "/var/run/durapipe/bin/durapipe-runtime.pyz", "exec", "--", "python", "train.py",
+    ]
+    assert main["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    assert main["volumeMounts"] == [
+        {"name": "durapipe", "mountPath": "/var/run/durapipe"},
+        {"name": "durapipe-checkpoint", "mountPath": "/ckpt"},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    assert t["volumes"][-1] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+    (init,) = t["initContainers"]
+    assert init["command"] == ["cp", "/opt/durapipe/durapipe-runtime.pyz",
+                               "/var/run/durapipe/bin/durapipe-runtime.pyz"]
+    assert init["volumeMounts"] == [{"name": "durapipe", "mountPath": "/var/run/durapipe/bin",
+                                     "subPath": "bin"}]
+    (sidecar,) = t["sidecars"]
+    assert sidecar["name"] == "durapipe-uploader"
+    assert sidecar["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    assert {"name": "durapipe-checkpoint", "mountPath": "/ckpt"} in sidecar["volumeMounts"]
+    assert json.loads(t["podSpecPatch"]) == {"terminationGracePeriodSeconds": 300}
+    env = env_of(t)
+    assert env[contract.ENV_GRACE_SECONDS] == "285"
+    assert env[contract.ENV_UPLOADER] == "sidecar"
+    assert env[contract.ENV_SPOOL_DIR] == contract.DEFAULT_SPOOL_DIR
+
+
+def test_last_attempt_on_demand_pod_spec_patch_is_exact() -> None:
+    s = spot_stage(last_attempt_on_demand=True, checkpoint=Checkpoint(),
+                   retry=Retry(attempts=1, preemptions=5))
+    ts = templates(compiled(pipeline(s, cluster=Cluster(profile="karpenter"))))
+    for name in ("train-app-0", "train-app-1"):
+        assert ts[name]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
+    # Only the last application attempt's task holds the stage's last possible attempt.
+    assert ts["train-app-0"]["podSpecPatch"] == '{"terminationGracePeriodSeconds":300}'
+    assert ts["train-app-1"]["podSpecPatch"] == (
+        '{"nodeSelector":{"karpenter.sh/capacity-type":'
+        '"{{=asInt(retries) >= 5 ? \'on-demand\' : \'spot\'}}"},'
+        '"terminationGracePeriodSeconds":300}'
+    )
+
+
+def test_last_attempt_without_retries_is_on_demand_outright() -> None:
+    s = spot_stage(last_attempt_on_demand=True, retry=Retry(attempts=1, preemptions=0))
+    ts = templates(compiled(pipeline(s, cluster=Cluster(profile="gke"))))
+    assert ts["train-app-0"]["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert ts["train-app-1"]["nodeSelector"] == {"cloud.google.com/gke-spot": "false"}
+
+
+# -- scheduling -------------------------------------------------------------------------------
+
+
+def test_spot_selector_and_tolerations_per_profile() -> None:
+    gke = templates(compiled(pipeline(spot_stage(), cluster=Cluster(profile="gke"))))["train"]
+    assert gke["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert gke["tolerations"] == [
+        {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        {"key": "cloud.google.com/gke-preemptible", "operator": "Equal", "value": "true",
+         "effect": "NoSchedule"},
+    ]
+    generic = templates(compiled(pipeline(spot_stage())))["train"]
+    assert [t["key"] for t in generic["tolerations"]] == [
+        "node.kubernetes.io/capacity-type", "cloud.google.com/gke-spot",
+        "cloud.google.com/gke-preemptible", "eks.amazonaws.com/capacityType",
+        "karpenter.sh/capacity-type", "kubernetes.azure.com/scalesetpriority",
+    ]
+    aks = templates(compiled(pipeline(spot_stage(), cluster=Cluster(profile="aks"))))["train"]
+    assert aks["nodeSelector"] == {"kubernetes.azure.com/scalesetpriority": "spot"}
+    custom = Cluster(spot_selector={"pool": "cheap"})
+    assert templates(compiled(pipeline(spot_stage(), cluster=custom)))["train"]["nodeSelector"] == {
+        "pool": "cheap"}
+
+
+def test_gpu_types_without_a_wait_are_any_of_with_preference_in_order() -> None:
+    s = stage(resources=Resources(gpu=fallback_gpu(wait=None)))
+    t = templates(compiled(pipeline(s)))["train"]
+    aff = t["affinity"]["nodeAffinity"]
+    terms = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                             "values": ["NVIDIA-H100-80GB-HBM3",
+                                                        "NVIDIA-A100-SXM4-80GB"]}]}]
+    prefs = aff["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [(p["weight"], p["preference"]["matchExpressions"][0]["values"]) for p in prefs] == [
+        (100, ["NVIDIA-H100-80GB-HBM3"]), (90, ["NVIDIA-A100-SXM4-80GB"])]
+    assert t["container"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in t["tolerations"]
+
+
+def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -> None:
+    gpu = Gpu(count=8, types=(GpuChoice(type="H100", count=8), GpuChoice(type="A100-80GB", count=8),
+                              GpuChoice(type="A100", count=16)), fallback_after=1800)
+    ts = templates(compiled(pipeline(stage(resources=Resources(gpu=gpu)), cluster=Cluster(profile="gke"))))
+    grid = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    assert list(grid) == ["train-h100", "train-h100-retry", "train-a100-80gb",
+                          "train-a100-80gb-retry", "train-a100", "train-done"]
+    assert grid["train-a100-80gb"]["depends"] == "train-h100.Failed || train-h100.Errored"
+    assert grid["train-a100-80gb"]["when"] == (
+        "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
+        "(get(tasks['train-h100'], 'exitCode') ?? '') in ['', '-1'])}}"
+    )
+    # The probe (first attempt on a waiting type) has pendingTimeout and no retryStrategy,
+    # because Argo never times out a Pending attempt of a template that has one.
+    assert ts["train-h100"]["pendingTimeout"] == "30m"
+    assert "retryStrategy" not in ts["train-h100"]
+    assert env_of(ts["train-h100"])[contract.ENV_ATTEMPT] == "0"
+    assert ts["train-a100-80gb"]["pendingTimeout"] == "30m"
+    assert "pendingTimeout" not in ts["train-a100"]
+    assert ts["train-a100"]["retryStrategy"]["limit"] == "3"
+    # The rest of the type's attempts: a -retry task after a probe that ran and was preempted.
+    retry_leaf = ts["train-h100-retry"]
+    assert "pendingTimeout" not in retry_leaf
+    assert retry_leaf["retryStrategy"]["limit"] == "2"
+    assert env_of(retry_leaf)[contract.ENV_ATTEMPT] == "{{=asInt(retries) + 1}}"
+    assert grid["train-h100-retry"]["depends"] == "train-h100.Failed || train-h100.Errored"
+    assert grid["train-h100-retry"]["when"] == (
+        "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
+        "(get(tasks['train-h100'], 'exitCode') ?? '') == '143')}}"
+    )
+    assert grid["train-done"]["depends"] == " || ".join(
+        f"{n}.Succeeded" for n in list(grid)[:-1])
+    assert ts["train-h100"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert ts["train-a100"]["container"]["resources"]["limits"]["nvidia.com/gpu"] == "16"
+    assert env_of(ts["train-a100"])[contract.ENV_GPU_TYPE] == "A100"
+
+
+def test_app_failure_condition_with_a_ladder() -> None:
+    rule = Retry(attempts=2, on_oom=OnOom(memory=(GI, 2 * GI)))
+    assert retry.app_failure_condition("p", rule, has_ladder=True) == (
+        "tasks['p'].status in ['Failed', 'Error'] && "
+        "!((get(tasks['p'], 'exitCode') ?? '') in ['', '-1', '143', '137', '86'])"
+    )
+
+
+def test_ladder_and_application_attempts_link_same_attempt_one_rung_up() -> None:
+    s = stage(retry=Retry(attempts=1, preemptions=1, on_oom=OnOom(memory=(GI, 2 * GI))))
+    grid = {t["name"]: t for t in templates(compiled(pipeline(s)))["train"]["dag"]["tasks"]}
+    assert grid["train-mem-2gi-app-1"]["depends"] == (
+        "(train-mem-1gi-app-1.Failed || train-mem-1gi-app-1.Errored) || "
+        "(train-mem-2gi-app-0.Failed || train-mem-2gi-app-0.Errored)")
+
+
+def test_gpu_fallback_cannot_target_argo_3_7() -> None:
+    s = stage(resources=Resources(gpu=fallback_gpu()))
+    result = compile_pipeline(pipeline(s), CompileOptions(argo_version="3.7"))
+    assert [d.code for d in result.diagnostics] == ["P0401"]
+    assert result.documents == []
+    # Everything else lowers for 3.7 unchanged.
+    assert compiled(prep_train_eval(), argo_version="3.7").documents == compiled(
+        prep_train_eval()).documents
+
+
+def test_gpu_counts_that_differ_need_a_wait() -> None:
+    gpu = Gpu(types=(GpuChoice(type="H100", count=8), GpuChoice(type="A100", count=16)))
+    assert codes(pipeline(stage(resources=Resources(gpu=gpu)))) == ["P0406"]
+
+
+def test_unknown_gpu_type_is_diagnosed() -> None:
+    gpu = Gpu(types=(GpuChoice(type="MI300X", count=8),))
+    assert codes(pipeline(stage(resources=Resources(gpu=gpu)))) == ["P0406"]
+
+
+def test_resources_are_strings_in_kubernetes_units() -> None:
+    s = stage(resources=Resources(cpu=500, memory=64 * GI, ephemeral_storage=100 * GI))
+    res = templates(compiled(pipeline(s)))["train"]["container"]["resources"]
+    assert res == {
+        "requests": {"cpu": "500", "memory": "64Gi", "ephemeral-storage": "100Gi"},
+        "limits": {"memory": "64Gi", "ephemeral-storage": "100Gi"},
+    }
+    half = stage(resources=Resources(cpu="500m"))
+    assert templates(compiled(pipeline(half)))["train"]["container"]["resources"] == {
+        "requests": {"cpu": "500m"}}
+
+
+def test_timeout_is_per_attempt_active_deadline() -> None:
+    t = templates(compiled(pipeline(stage(timeout=12 * 3600))))["train"]
+    assert t["activeDeadlineSeconds"] == "43200"
+
+
+# -- caching and data edges -------------------------------------------------------------------
+
+
+def test_memoize_key_inputs_are_exact() -> None:
+    ts = templates(compiled(prep_train_eval()))
+    prep = ts["prep"]["memoize"]
+    static = memo.static_digest(
+        image="ghcr.io/acme/prep:1",
+        command=["python", "-m", "prep", "--epochs", "${params.epochs}", "--out=${params.out}"],
+        env={"MODE": "fast", "TOKEN": "secret:hf/token"},
+        salt="v2",
+    )
+    assert prep == {
+        # "} }", never "}}": Argo would end the {{= tag there.
+        "key": "{{=sprig.sha256sum(toJson({'params': {'epochs': workflow.parameters['epochs'], "
+               "'out': workflow.parameters['out']} , 'static': '" + static + "', 'upstream': {} }))}}",
+        "maxAge": "168h",
+        "cache": {"configMap": {"name": "durapipe-cache-demo"}},
+    }
+    train = ts["train"]
+    assert train["inputs"]["parameters"] == [{"name": "prep-data-hash"}]
+    assert "'upstream': {'prep.data': inputs.parameters['prep-data-hash']}" in train["memoize"]["key"]
+    assert train["memoize"]["maxAge"] == ""
+    main = templates(compiled(prep_train_eval()))["main"]["dag"]["tasks"]
+    assert main[1]["arguments"] == {
+        "parameters": [{"name": "prep-data-hash",
+                        "value": "{{tasks.prep.outputs.parameters.data-hash}}"}],
+        "artifacts": [{"name": "in-prep-data", "from": "{{tasks.prep.outputs.artifacts.data}}"}],
+    }
+    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
+        "path": "/var/run/durapipe/outputs/data.hash", "default": ""}}]
+    assert main[2]["depends"] == "train"
+
+
+def test_cache_key_ignores_resources_and_retries_but_not_image_salt_or_env() -> None:
+    def key(**kw: Any) -> str:
+        s = stage(cache=Cache(version=kw.pop("salt", "")), **kw)
+        return str(templates(compiled(pipeline(s)))["train"]["memoize"]["key"])
+
+    base = key()
+    assert key(resources=Resources(cpu=64, memory=GI)) == base
+    assert key(retry=Retry(attempts=5)) == base
+    assert key(image="ghcr.io/acme/train:2.0") != base
+    assert key(salt="v2") != base
+    assert key(env={"LR": "0.1"}) != base
+
+
+def test_runtime_key_matches_go_json_encoding() -> None:
+    # Go's encoding/json sorts map keys, emits no spaces and escapes <, > and &.
+    record = '{"params":{"a":"x\\u003cy"},"static":"ab","upstream":{"p.d":"h"}}'
+    import hashlib
+
+    assert memo.runtime_key("ab", {"a": "x<y"}, {"p.d": "h"}) == hashlib.sha256(
+        record.encode()).hexdigest()
+
+
+def test_declared_inputs_reach_the_runtime_and_command_refs_become_paths() -> None:
+    ts = templates(compiled(prep_train_eval()))
+    assert ts["train"]["container"]["command"][-1] == "/var/run/durapipe/inputs/prep/data"
+    assert env_of(ts["eval"])["DURAPIPE_INPUTS"] == '{"model":"/var/run/durapipe/inputs/train/model"}'
+    assert ts["prep"]["container"]["command"][-2:] == [
+        "{{workflow.parameters.epochs}}", "--out={{workflow.parameters.out}}"]
+
+
+# -- JobSet -----------------------------------------------------------------------------------
+
+
+def test_multi_node_jobset_manifest() -> None:
+    s = stage("pretrain", command=("python", "-m", "trainer", "--steps", "100"),
+              distributed=Distributed(replicas=4, procs_per_node=8, max_restarts=2),
+              resources=Resources(gpu=Gpu(count=8, types=(GpuChoice(type="H100", count=8),))),
+              checkpoint=Checkpoint(), interruptible=True, timeout=3600)
+    t = templates(compiled(pipeline(s, storage="s3://b/p")))["pretrain"]
+    res = t["resource"]
+    assert res["action"] == "create"
+    assert res["setOwnerReference"] is True
+    assert res["successCondition"] == "status.terminalState == Completed"
+    assert res["failureCondition"] == "status.terminalState == Failed"
+    manifest = yaml.safe_load(res["manifest"])
+    assert manifest["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert manifest["metadata"]["generateName"] == "{{workflow.name}}-pretrain-"
+    spec = manifest["spec"]
+    assert spec["failurePolicy"] == {"maxRestarts": 2, "rules": [{
+        "name": "host-maintenance", "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": ["PodFailurePolicy"]}]}
+    (rjob,) = spec["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert (job["parallelism"], job["completions"], job["completionMode"], job["backoffLimit"]) == (
+        4, 4, "Indexed", 0)
+    assert job["activeDeadlineSeconds"] == 3600
+    assert job["podFailurePolicy"]["rules"][0]["onPodConditions"] == [
+        {"type": "DisruptionTarget", "status": "True"}]
+    pod = job["template"]["spec"]
+    main = pod["containers"][0]
+    assert main["command"] == [
+        "python3", "/var/run/durapipe/bin/durapipe-runtime.pyz", "exec", "--", "torchrun",
+        "--nnodes=4", "--nproc-per-node=8", "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--master-addr=$(DURAPIPE_JOBSET_NAME)-node-0-0.$(DURAPIPE_JOBSET_NAME)",
+        "--master-port=29500", "--module", "trainer", "--steps", "100",
+    ]
+    env = {e["name"]: e for e in main["env"]}
+    assert env["DURAPIPE_ATTEMPT"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']")
+    assert pod["restartPolicy"] == "Never"
+    assert pod["terminationGracePeriodSeconds"] == 300
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert [c["name"] for c in pod["containers"]] == ["main", "durapipe-uploader"]
+
+
+def test_maintenance_restarts_count_when_asked() -> None:
+    s = stage(distributed=Distributed(replicas=2, restart_on_maintenance=False),
+              resources=Resources(cpu=4))
+    manifest = yaml.safe_load(templates(compiled(pipeline(s)))["train"]["resource"]["manifest"])
+    assert manifest["spec"]["failurePolicy"] == {"maxRestarts": 0}
+    assert "podFailurePolicy" not in manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+    command = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["command"]
+    assert command[-2:] == ["--master-port=29500", "train.py"]
+
+
+def test_multi_node_stage_rejects_outputs_and_ladders() -> None:
+    s = stage(distributed=Distributed(replicas=2), outputs={"m": "/m"},
+              retry=Retry(on_oom=OnOom(memory=(GI, 2 * GI))))
+    assert codes(pipeline(s)) == ["P0407", "P0407"]
+
+
+# -- names, escaping, kinds -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["{{workflow.name}}", "a{{=1+1}}b"])
+def test_argo_templating_in_user_text_is_refused(text: str) -> None:
+    assert codes(pipeline(stage(command=("echo", text)))) == ["P0404"]
+    assert codes(pipeline(stage(env={"X": text}))) == ["P0404"]
+    assert codes(pipeline(stage(image=text))) == ["P0404"]
+    assert codes(pipeline(stage(), params=(Param(name="p", type="str", default=text),))) == ["P0404"]
+    assert codes(pipeline(stage(annotations={"note": text}))) == ["P0404"]
+    assert codes(pipeline(stage(), storage="s3://b/" + text)) == ["P0404"]
+
+
+def test_brace_before_a_reference_is_refused_but_plain_braces_pass() -> None:
+    before = Interp(parts=("{", Ref(path=("params", "p"))))
+    p = (Param(name="p", type="str", default="x"),)
+    assert codes(pipeline(stage(command=("echo", before)), params=p)) == ["P0404"]
+    fine = stage(command=("python", "-c", "print({'a': 1})", "}}"))
+    assert codes(pipeline(fine)) == []
+
+
+def test_bare_stage_reference_in_a_command_is_diagnosed() -> None:
+    s = stage("b", command=("echo", Ref(path=("a",))))
+    assert codes(pipeline(stage("a"), s)) == ["P0405"]
+
+
+def test_generated_name_collision_is_diagnosed() -> None:
+    p = pipeline(stage(resources=Resources(gpu=fallback_gpu())), stage("train-h100"))
+    assert codes(p) == ["P0402"]
+
+
+def test_names_that_argo_reserves_or_forbids_are_prefixed() -> None:
+    ts = templates(compiled(pipeline(stage("main"), stage("1st", needs=("main",)))))
+    tasks = ts["main"]["dag"]["tasks"]
+    assert [(t["name"], t.get("depends")) for t in tasks] == [
+        ("stage-main", None), ("stage-1st", "stage-main")]
+
+
+def test_output_kinds() -> None:
+    p = pipeline(stage(), namespace="ml", schedules=("0 3 * * *",), timezone="Europe/Paris",
+                 labels={"team": "nlp"})
+    (wf,) = compiled(p).documents
+    assert wf["kind"] == "Workflow" and wf["metadata"]["generateName"] == "demo-"
+    assert wf["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "durapipe",
+                                        "durapipe.dev/pipeline": "demo", "team": "nlp"}
+    (tmpl,) = compiled(p, kind="template").documents
+    assert tmpl["kind"] == "WorkflowTemplate" and tmpl["metadata"]["name"] == "demo"
+    (cron,) = compiled(p, kind="cron").documents
+    assert cron["kind"] == "CronWorkflow"
+    assert list(cron["spec"])[:3] == ["schedules", "timezone", "concurrencyPolicy"]
+    assert cron["spec"]["schedules"] == ["0 3 * * *"]
+    assert cron["spec"]["workflowSpec"]["entrypoint"] == "main"
+    assert codes(pipeline(stage()), kind="cron") == ["P0408"]
+
+
+def test_params_become_arguments_with_string_defaults() -> None:
+    p = pipeline(stage(), params=(Param(name="lr", type="float", default=2e-5),
+                                  Param(name="flag", type="bool", default=True),
+                                  Param(name="req", type="str")))
+    (wf,) = compiled(p).documents
+    assert wf["spec"]["arguments"] == {"parameters": [
+        {"name": "lr", "value": "2e-05"}, {"name": "flag", "value": "true"}, {"name": "req"}]}
+
+
+def test_secrets_are_secret_key_refs_only() -> None:
+    t = templates(compiled(prep_train_eval()))["prep"]
+    assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in t[
+        "container"]["env"]
+
+
+def test_script_stage_runs_through_the_wrapper() -> None:
+    s = stage(command=None, script="echo hi\n")
+    t = templates(compiled(pipeline(s)))["train"]
+    assert t["script"]["command"][-2:] == ["--", "sh"]
+    assert t["script"]["source"] == "echo hi\n"
