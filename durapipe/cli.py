@@ -47,7 +47,7 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     import difflib
 
     from durapipe.dsl import diagnostics as dg
-    from durapipe.dsl.fmt import format_source
+    from durapipe.dsl.fmt import FormatterError, format_source
     from durapipe.dsl.load import read_source
 
     status = 0
@@ -57,7 +57,12 @@ def cmd_fmt(args: argparse.Namespace) -> int:
             print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
             status = 1
             continue
-        formatted, problems = format_source(source.text, source.path)
+        try:
+            formatted, problems = format_source(source.text, source.path)
+        except FormatterError as exc:  # the formatter refused to change meaning: a bug
+            print(f"durapipe fmt: {path} left unchanged: {exc}", file=sys.stderr)
+            status = max(status, 2)
+            continue
         if formatted is None:
             print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
             status = 1
@@ -119,6 +124,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return compiler_cli.run(args)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from durapipe.runner import cli as runner_cli
+
+    return runner_cli.run(args)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from durapipe.runner import cli as runner_cli
+
+    return runner_cli.runs(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durapipe",
@@ -160,6 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         compiler_cli.add_arguments(compile_)
     compile_.set_defaults(func=cmd_compile)
+
+    from durapipe.runner import cli as runner_cli
+
+    run = sub.add_parser("run", help="run a pipeline on this machine with the same durability",
+                         description="Run a pipeline locally: stages as processes through the "
+                                     "runtime wrapper, real memory limits where the machine "
+                                     "allows, the same retries, OOM ladder, caching and "
+                                     "checkpoint resume as the compiled workflow.")
+    runner_cli.add_run_arguments(run)
+    run.set_defaults(func=cmd_run)
+    runs = sub.add_parser("runs", help="list past local runs",
+                          description="List runs recorded under .durapipe/runs.")
+    runner_cli.add_runs_arguments(runs)
+    runs.set_defaults(func=cmd_runs)
     return parser
 
 

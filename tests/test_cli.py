@@ -63,3 +63,20 @@ def test_help_is_available_for_every_command() -> None:
                              capture_output=True, text=True, check=False)
         assert run.returncode == 0, run.stderr
         assert "usage: durapipe" in run.stdout
+
+
+def test_examples_are_in_canonical_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    files = sorted(str(p) for p in (ROOT / "examples").rglob("*.pipe"))
+    assert main(["fmt", "--check", *files]) == 0, capsys.readouterr().out
+
+
+def test_fmt_rewrites_in_place_and_check_reports_drift(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "x.pipe"
+    path.write_text('pipeline "x" {}\nstage "a" {\nimage="i"   # the image\ncommand=["true"]\n}\n')
+    assert main(["fmt", "--check", str(path)]) == 1
+    assert "+  image   = \"i\"  # the image" in capsys.readouterr().out
+    assert main(["fmt", str(path)]) == 0
+    assert path.read_text() == ('pipeline "x" {}\n\nstage "a" {\n  image   = "i"  # the image\n'
+                                '  command = ["true"]\n}\n')
+    assert main(["fmt", "--check", str(path)]) == 0

@@ -1,0 +1,114 @@
+"""``durapipe run`` and ``durapipe runs``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="a .pipe file or builder .py module")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="set a param (repeatable)")
+    parser.add_argument("--jobs", "-j", type=int, default=2,
+                        help="independent stages to run at once (default 2)")
+    parser.add_argument("--store", default=None, metavar="URI",
+                        help="checkpoint and cache store (default .durapipe/store)")
+    parser.add_argument("--home", default=".durapipe", help="run records and logs")
+    parser.add_argument("--preempt", action="append", default=[], metavar="STAGE@SECONDS",
+                        help="preempt STAGE (SIGTERM, SIGKILL after the grace period) SECONDS "
+                             "after its next attempt first prints; repeat for later attempts")
+    parser.add_argument("--kill", action="append", default=[], metavar="STAGE@SECONDS",
+                        help="SIGKILL STAGE SECONDS after its next attempt first prints")
+    parser.add_argument("--chaos", type=int, default=None, metavar="SEED",
+                        help="inject random preemptions and kills, reproducibly from SEED")
+    parser.add_argument("--chaos-max", type=int, default=3, help="most faults chaos injects")
+    parser.add_argument("--grace-seconds", type=float, default=10.0,
+                        help="time between SIGTERM and SIGKILL (default 10)")
+    parser.add_argument("--resume", metavar="RUN", default=None,
+                        help="re-run RUN, reusing every stage that succeeded in it")
+    parser.add_argument("--plain", action="store_true", help="plain lines, no live table")
+
+
+def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", default=".durapipe", help="run records and logs")
+
+
+def run(args: argparse.Namespace) -> int:
+    from durapipe.dsl import diagnostics as dg
+    from durapipe.dsl import load_path
+    from durapipe.runner.engine import Fault, RunError, Runner, RunOptions
+    from durapipe.runner.view import View, summary
+
+    result = load_path(args.file)
+    if result.pipeline is None:
+        print(dg.render(result.diagnostics), file=sys.stderr)
+        return 1
+    params = {}
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            print(f"durapipe run: -p expects NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        params[name] = value
+    try:
+        faults = [Fault.parse("preempt", f) for f in args.preempt] + \
+                 [Fault.parse("kill", f) for f in args.kill]
+    except ValueError as exc:
+        print(f"durapipe run: {exc}", file=sys.stderr)
+        return 2
+    stage_names = {s.name for s in result.pipeline.stages}
+    for fault in faults:
+        if fault.stage not in stage_names:
+            print(f"durapipe run: no stage {fault.stage!r} to {fault.kind}", file=sys.stderr)
+            return 2
+    options = RunOptions(params=params, jobs=args.jobs, home=Path(args.home), store=args.store,
+                         faults=faults, chaos_seed=args.chaos, chaos_max=args.chaos_max,
+                         resume=args.resume, grace_seconds=args.grace_seconds)
+    view = View(live=False if args.plain else None)
+    try:
+        runner = Runner(result.pipeline, args.file, options, view)
+    except RunError as exc:
+        print(f"durapipe run: {exc}", file=sys.stderr)
+        return 2
+    print(f"run {runner.run_id}: stages run on this machine, in the host environment; "
+          "images are not pulled and GPU requests are reported, not enforced", file=sys.stderr)
+    if not runner.cgroups.available:
+        print(f"warning: {runner.cgroups.reason}", file=sys.stderr)
+    view.attach(runner.record)
+
+    def on_interrupt(_signum: int, _frame: FrameType | None) -> None:
+        print("\ninterrupted: stopping stages (they get their grace period to checkpoint)",
+              file=sys.stderr)
+        runner.interrupt()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        record = runner.run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        view.close()
+    print(summary(record), file=sys.stderr)
+    return {"succeeded": 0, "interrupted": 130}.get(record.status, 1)
+
+
+def runs(args: argparse.Namespace) -> int:
+    import time
+
+    from durapipe.runner.records import list_runs
+
+    records = list_runs(Path(args.home))
+    if not records:
+        print(f"no runs under {args.home}/runs", file=sys.stderr)
+        return 0
+    print(f"{'run':<48} {'status':<12} {'started (UTC)':<20} {'seconds':>8}  stages")
+    for record in records:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.started))
+        took = (record.finished - record.started) if record.finished else 0.0
+        ok = sum(s.status in ("succeeded", "cached", "reused") for s in record.stages.values())
+        print(f"{record.run_id:<48} {record.status:<12} {started:<20} {took:>8.1f}  "
+              f"{ok}/{len(record.stages)} ok")
+    return 0

@@ -1,0 +1,636 @@
+"""The local executor: schedule stages, run attempts through the runtime wrapper, apply policy.
+
+Each attempt is ``python -m durapipe.runtime exec -- CMD`` as a child process, placed in its
+own memory cgroup (limit = the attempt's rung), with the contract environment the compiled pod
+gets.  The wrapper's one-line verdict (its termination log) decides what happens next, through
+:func:`durapipe.runner.policy.decide`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import durapipe
+from durapipe.compiler import memo
+from durapipe.compiler.graph import param_value
+from durapipe.compiler.lower import cache_static
+from durapipe.dsl import units
+from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage, Text
+from durapipe.runner import policy
+from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
+from durapipe.runner.records import (
+    AttemptRecord, RunRecord, StageRecord, load_run, runs_dir, write_json_atomic,
+)
+from durapipe.runtime import contract
+from durapipe.runtime.wrapper import parse_verdict_line
+
+DEFAULT_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected failure: ``preempt`` (SIGTERM, then SIGKILL after the grace period) or
+    ``kill`` (SIGKILL at once) of ``stage``, ``seconds`` after the attempt's first output."""
+
+    kind: str
+    stage: str
+    seconds: float
+
+    @classmethod
+    def parse(cls, kind: str, text: str) -> Fault:
+        stage, sep, seconds = text.rpartition("@")
+        if not sep or not stage:
+            raise ValueError(f"expected STAGE@SECONDS, got {text!r}")
+        return cls(kind, stage, float(seconds))
+
+
+@dataclass
+class RunOptions:
+    params: dict[str, str] = field(default_factory=dict)
+    jobs: int = 2
+    home: Path = Path(".durapipe")
+    store: str | None = None
+    faults: list[Fault] = field(default_factory=list)
+    chaos_seed: int | None = None
+    chaos_max: int = 3
+    resume: str | None = None
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    #: Scale every retry backoff (tests use 0 to avoid waiting).
+    backoff_scale: float = 1.0
+    workdir: Path | None = None
+
+
+class RunError(Exception):
+    """A problem with the run's inputs (bad param, unknown run to resume); user-facing."""
+
+
+Listener = Callable[[str, StageRecord, str], None]
+
+
+class Runner:
+    def __init__(self, pipeline: Pipeline, source: str, options: RunOptions,
+                 listener: Listener | None = None):
+        self.pipeline = pipeline
+        self.options = options
+        self.home = options.home.resolve()
+        self.workdir = (options.workdir or Path(source).resolve().parent).resolve()
+        self.listener = listener or (lambda _event, _stage, _text: None)
+        self.params = self._resolve_params(options.params)
+        self.store_root = self._store_root(options.store)
+        self.cgroups = CgroupFactory()
+        self.resumed = self._load_resume(options.resume)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        self.run_id = f"{pipeline.name}-{stamp}-{uuid.uuid4().hex[:6]}"
+        self.run_dir = runs_dir(self.home) / self.run_id
+        self.record = RunRecord(self.run_id, pipeline.name, source, time.time(), self.params,
+                                resumed_from=self.resumed.run_id if self.resumed else "")
+        for stage in pipeline.stages:
+            self.record.stages[stage.name] = StageRecord(stage.name)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._running: dict[str, subprocess.Popen[bytes]] = {}
+        self._chaos = random.Random(options.chaos_seed) if options.chaos_seed is not None else None
+        self._chaos_left = options.chaos_max
+        self._fault_counts: dict[str, int] = {}
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def _resolve_params(self, given: Mapping[str, str]) -> dict[str, str]:
+        declared = {p.name: p for p in self.pipeline.params}
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            raise RunError(f"unknown param {unknown[0]!r}; declared: {', '.join(declared) or 'none'}")
+        values: dict[str, str] = {}
+        for name, param in declared.items():
+            if name in given:
+                text = given[name]
+                checks: dict[str, Callable[[str], object]] = {
+                    "int": int, "float": float, "str": str,
+                    "bool": lambda t: {"true": True, "false": False}[t]}
+                try:
+                    checks[param.type](text)
+                except (ValueError, KeyError):
+                    raise RunError(f"param {name} expects {param.type}, got {text!r}") from None
+                values[name] = text
+            elif param.default is not None:
+                values[name] = param_value(param.default)
+            else:
+                raise RunError(f"param {name} has no default; pass -p {name}=VALUE")
+        return values
+
+    def _store_root(self, store: str | None) -> str:
+        if store is None:
+            path = self.home / "store"
+            path.mkdir(parents=True, exist_ok=True)
+            return path.as_uri()
+        if "://" not in store:
+            path = Path(store).resolve()
+            path.mkdir(parents=True, exist_ok=True)
+            return path.as_uri()
+        return store.rstrip("/")
+
+    def _load_resume(self, run_id: str | None) -> RunRecord | None:
+        if run_id is None:
+            return None
+        record = load_run(self.home, run_id)
+        if record is None:
+            raise RunError(f"no run {run_id!r} under {runs_dir(self.home)}; see `durapipe runs`")
+        if record.pipeline != self.pipeline.name:
+            raise RunError(f"run {run_id} is of pipeline {record.pipeline!r}, "
+                           f"not {self.pipeline.name!r}")
+        return record
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> RunRecord:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._save()
+        order = {s.name: i for i, s in enumerate(self.pipeline.stages)}
+        deps = {s.name: set(s.upstream()) for s in self.pipeline.stages}
+        done: set[str] = set()
+        failed: set[str] = set()
+        active: dict[str, threading.Thread] = {}
+        finished: list[str] = []
+        wake = threading.Condition()
+
+        def work(stage: Stage) -> None:
+            try:
+                self._run_stage(stage)
+            except Exception as exc:  # a bug must not hang the scheduler
+                record = self.record.stages[stage.name]
+                record.status, record.reason = "failed", f"internal error: {exc!r}"
+            with wake:
+                finished.append(stage.name)
+                wake.notify_all()
+
+        pending = sorted(self.pipeline.stages, key=lambda s: order[s.name])
+        while pending or active:
+            with wake:
+                for name in finished:
+                    active.pop(name).join()
+                    status = self.record.stages[name].status
+                    (done if status in ("succeeded", "cached", "reused") else failed).add(name)
+                finished.clear()
+            for stage in list(pending):
+                if deps[stage.name] & failed or self._stop.is_set():
+                    pending.remove(stage)
+                    record = self.record.stages[stage.name]
+                    record.status = "interrupted" if self._stop.is_set() else "skipped"
+                    record.reason = ("the run was interrupted" if self._stop.is_set() else
+                                     "upstream failed: " + ", ".join(sorted(deps[stage.name] & failed)))
+                    failed.add(stage.name)
+                    self._event("skip", record, record.reason)
+                elif deps[stage.name] <= done and len(active) < max(1, self.options.jobs):
+                    pending.remove(stage)
+                    thread = threading.Thread(target=work, args=(stage,), daemon=True,
+                                              name=f"stage-{stage.name}")
+                    active[stage.name] = thread
+                    thread.start()
+            with wake:
+                if active and not finished:
+                    wake.wait(0.5)
+        statuses = {r.status for r in self.record.stages.values()}
+        self.record.status = ("interrupted" if self._stop.is_set() else
+                              "failed" if statuses - {"succeeded", "cached", "reused"} else
+                              "succeeded")
+        self.record.finished = time.time()
+        self._save(durable=True)
+        return self.record
+
+    def interrupt(self) -> None:
+        """Stop cleanly: running attempts get SIGTERM and their grace period; nothing new starts."""
+        self._stop.set()
+        with self._lock:
+            for process in self._running.values():
+                _signal(process.pid, signal.SIGTERM)
+
+    def _save(self, durable: bool = False) -> None:
+        with self._lock:
+            write_json_atomic(self.run_dir / "run.json", self.record.to_json(), durable)
+
+    def _event(self, event: str, record: StageRecord, text: str) -> None:
+        self._save()
+        self.listener(event, record, text)
+
+    # -- one stage ------------------------------------------------------------------------
+
+    def _run_stage(self, stage: Stage) -> None:
+        record = self.record.stages[stage.name]
+        started = time.monotonic()
+        if self.resumed is not None:
+            previous = self.resumed.stages.get(stage.name)
+            if previous is not None and previous.status in ("succeeded", "cached", "reused") \
+                    and all(Path(p).exists() for p in previous.outputs.values()):
+                record.status, record.outputs = "reused", dict(previous.outputs)
+                record.output_hashes = dict(previous.output_hashes)
+                record.reason = f"succeeded in {self.resumed.run_id}"
+                self._event("reused", record, record.reason)
+                return
+        key = self._cache_key(stage)
+        if key:
+            record.cache_key = key
+            hit = self._cache_lookup(stage, key)
+            if hit is not None:
+                record.status, record.outputs, record.output_hashes = "cached", hit[0], hit[1]
+                record.reason = f"cache hit {key[:12]}"
+                self._event("cached", record, record.reason)
+                return
+        record.status = "running"
+        self._event("start", record, "")
+        budget = policy.Budget()
+        stage_dir = self.run_dir / stage.name
+        outputs = {name: str(stage_dir / "outputs" / name) for name in stage.outputs}
+        while True:
+            attempt = self._attempt(stage, budget, stage_dir, outputs)
+            record.attempts.append(attempt)
+            decision = policy.decide(stage.retry, budget, attempt.verdict)
+            if attempt.message and decision.action != "done":
+                decision = policy.Decision(decision.action, decision.rung,
+                                           f"{decision.reason} ({attempt.message})",
+                                           decision.backoff_seconds)
+            self._event("attempt", record, decision.reason)
+            if decision.action == "done":
+                record.status = "succeeded"
+                record.outputs = outputs
+                record.output_hashes = self._read_hashes(stage_dir, len(record.attempts))
+                if key:
+                    self._cache_store(stage, key, record)
+                break
+            if decision.action == "fail" or self._stop.is_set():
+                record.status = "interrupted" if self._stop.is_set() else "failed"
+                record.reason = decision.reason
+                break
+            wait = decision.backoff_seconds * self.options.backoff_scale
+            if wait and self._stop.wait(wait):
+                record.status, record.reason = "interrupted", "the run was interrupted"
+                break
+        record.seconds = time.monotonic() - started
+        self._event("end", record, record.reason)
+
+    def _memory(self, stage: Stage, rung: int) -> int | None:
+        ladder = stage.retry.on_oom.memory if stage.retry.on_oom else ()
+        return ladder[min(rung, len(ladder) - 1)] if ladder else stage.resources.memory
+
+    def _attempt(self, stage: Stage, budget: policy.Budget, stage_dir: Path,
+                 outputs: dict[str, str]) -> AttemptRecord:
+        number = budget.attempts
+        attempt_dir = stage_dir / f"attempt-{number}"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        termination_log = attempt_dir / "termination-log"
+        hash_dir = attempt_dir / "output-hashes"
+        log_path = attempt_dir / "log"
+        memory = self._memory(stage, budget.rung)
+        checkpoint_local = attempt_dir / "checkpoint"
+        env = self._env(stage, number, budget.rung, memory, outputs, termination_log, hash_dir,
+                        checkpoint_local)
+        argv = self._argv(stage, outputs, checkpoint_local)
+        for path in outputs.values():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        wrapper = [sys.executable, "-S", "-m", "durapipe.runtime", "exec",
+                   "--grace-seconds", str(self.options.grace_seconds),
+                   "--termination-log", str(termination_log),
+                   "--output-hash-dir", str(hash_dir), "--", *argv]
+        cgroup: AttemptCgroup | None = None
+        if memory is not None:
+            cgroup = self.cgroups.create(f"{self.run_id}/{stage.name}-{number}", memory)
+        resumed_from = self._latest_checkpoint(stage)
+        fault = self._fault_for(stage)
+        started = time.monotonic()
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                wrapper, env=env, cwd=self._cwd(stage), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_join_cgroup(cgroup.procs_file) if cgroup else None)
+            with self._lock:
+                self._running[stage.name] = process
+            timers = self._arm(process, stage, fault, cgroup, log_path)
+            returncode = process.wait()
+            for timer in list(timers):
+                timer.cancel()
+            with self._lock:
+                self._running.pop(stage.name, None)
+        _kill_tree(process.pid, cgroup)
+        seconds = time.monotonic() - started
+        verdict, details = self._verdict(termination_log, returncode, cgroup)
+        message = ""
+        if getattr(process, "durapipe_timed_out", False):
+            verdict, message = contract.VERDICT_APP_FAILURE, f"timed out after {stage.timeout}s"
+        elif details.get("reason"):
+            message = str(details["reason"])
+        if cgroup is not None:
+            cgroup.remove()
+        return AttemptRecord(
+            number=number, rung=budget.rung,
+            memory=units.format_bytes(memory) if memory is not None else "",
+            verdict=verdict, exit_code=returncode, seconds=round(seconds, 3), message=message,
+            resumed_from=resumed_from, log=str(log_path),
+            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "")
+
+    def _verdict(self, termination_log: Path, returncode: int,
+                 cgroup: AttemptCgroup | None) -> tuple[str, dict[str, object]]:
+        try:
+            line = termination_log.read_text(encoding="utf-8").strip().splitlines()[-1]
+            return parse_verdict_line(line)
+        except (OSError, IndexError, ValueError):
+            pass
+        # No verdict: the wrapper itself died (a kill drill, or the kernel OOM-killed it).
+        if cgroup is not None and cgroup.oom_kills() > 0:
+            return contract.VERDICT_HOST_OOM, {"reason": "the kernel OOM-killed the attempt"}
+        return contract.VERDICT_APP_FAILURE, {"reason": f"killed (exit {returncode})"}
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def _fault_for(self, stage: Stage) -> Fault | None:
+        """The n-th ``--preempt``/``--kill`` naming a stage applies to its n-th attempt."""
+        n = self._fault_counts.get(stage.name, 0)
+        self._fault_counts[stage.name] = n + 1
+        mine = [f for f in self.options.faults if f.stage == stage.name]
+        if n < len(mine):
+            return mine[n]
+        if self._chaos is not None:
+            with self._lock:
+                if self._chaos_left > 0 and self._chaos.random() < 0.5:
+                    self._chaos_left -= 1
+                    kind = self._chaos.choice(["preempt", "kill"])
+                    return Fault(kind, stage.name, round(self._chaos.uniform(0.2, 2.0), 2))
+        return None
+
+    def _arm(self, process: subprocess.Popen[bytes], stage: Stage, fault: Fault | None,
+             cgroup: AttemptCgroup | None, log_path: Path) -> list[threading.Timer]:
+        timers: list[threading.Timer] = []
+        grace = self.options.grace_seconds
+
+        def preempt() -> None:
+            _signal(process.pid, signal.SIGTERM)
+            later = threading.Timer(grace + 2.0, lambda: _kill_tree(process.pid, cgroup))
+            later.daemon = True
+            later.start()
+            timers.append(later)
+
+        def timeout() -> None:
+            process.durapipe_timed_out = True  # type: ignore[attr-defined]
+            preempt()
+
+        if fault is not None:
+            action = preempt if fault.kind == "preempt" else (
+                lambda: _kill_tree(process.pid, cgroup))
+            # The drill clock starts at the attempt's first output, so a slow framework import
+            # on a busy machine does not swallow the drill.
+            def after_first_output() -> None:
+                while process.poll() is None:
+                    try:
+                        if log_path.stat().st_size > 0:
+                            break
+                    except OSError:
+                        pass
+                    time.sleep(0.02)
+                else:
+                    return
+                timer = threading.Timer(fault.seconds, action)
+                timer.daemon = True
+                timers.append(timer)
+                timer.start()
+
+            threading.Thread(target=after_first_output, daemon=True).start()
+        if stage.timeout:
+            timer = threading.Timer(stage.timeout, timeout)
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+        return timers
+
+    # -- environment and command ----------------------------------------------------------
+
+    def _checkpoint_uri(self, stage: Stage) -> str:
+        if stage.checkpoint is None:
+            return ""
+        base = f"{self.store_root}/{self.pipeline.name}"
+        if stage.checkpoint.scope == "pipeline":
+            return f"{base}/stages/{stage.name}/checkpoints"
+        run = self.resumed.run_id if self.resumed else self.run_id
+        return f"{base}/runs/{run}/{stage.name}/checkpoints"
+
+    def _latest_checkpoint(self, stage: Stage) -> str:
+        """The newest committed checkpoint this attempt will find, for the report."""
+        uri = self._checkpoint_uri(stage)
+        if not uri.startswith("file://"):
+            return ""
+        manifests = Path(uri[len("file://"):]) / "manifests"
+        names = sorted(p.name for p in manifests.glob("*.json")) if manifests.is_dir() else []
+        if not names:
+            return ""
+        seq = names[-1][: -len(".json")].lstrip("0") or "0"
+        try:
+            body = json.loads((manifests / names[-1]).read_text(encoding="utf-8"))["body"]
+            step = body.get("metadata", {}).get("step")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            step = None
+        return f"#{seq}" + (f" (step {step})" if step is not None else "")
+
+    def _env(self, stage: Stage, attempt: int, rung: int, memory: int | None,
+             outputs: Mapping[str, str], termination_log: Path, hash_dir: Path,
+             checkpoint_local: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        package_root = str(Path(durapipe.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        for name, value in stage.env.items():
+            if isinstance(value, Secret):
+                if name not in os.environ:
+                    self.listener("warn", self.record.stages[stage.name],
+                                  f"env {name} comes from secret {value.name}/{value.key}, "
+                                  f"which is not available locally; export {name} to provide it")
+                continue
+            env[name] = self._text(value, outputs)
+        gpu = stage.resources.gpu
+        env.update({
+            contract.ENV_PIPELINE: self.pipeline.name,
+            contract.ENV_STAGE: stage.name,
+            contract.ENV_RUN_ID: self.run_id,
+            contract.ENV_ATTEMPT: str(attempt),
+            contract.ENV_RUNG: str(rung),
+            contract.ENV_GPU_TYPE: gpu.types[0].type if gpu and gpu.types else "",
+            contract.ENV_MEMORY_LIMIT: str(memory) if memory is not None else "",
+            contract.ENV_STORE_URI: self.store_root,
+            contract.ENV_GRACE_SECONDS: str(self.options.grace_seconds),
+            contract.ENV_OUTPUTS: json.dumps(dict(outputs), sort_keys=True),
+            contract.ENV_OUTPUT_HASH_DIR: str(hash_dir),
+            contract.ENV_TERMINATION_LOG: str(termination_log),
+            contract.ENV_GPU_OOM_POLICY: stage.retry.gpu_oom,
+        })
+        if stage.checkpoint is not None:
+            env[contract.ENV_CHECKPOINT_URI] = self._checkpoint_uri(stage)
+            env[contract.ENV_CHECKPOINT_PATH] = str(checkpoint_local)
+            env[contract.ENV_CHECKPOINT_KEEP] = str(stage.checkpoint.keep)
+        return env
+
+    def _text(self, value: Text, outputs: Mapping[str, str]) -> str:
+        def ref(r: Ref) -> str:
+            if r.is_param:
+                return self.params[r.path[1]]
+            upstream = self.record.stages[r.path[0]]
+            return upstream.outputs[r.path[2]]
+
+        if isinstance(value, Ref):
+            return ref(value)
+        if isinstance(value, Interp):
+            return "".join(p if isinstance(p, str) else ref(p) for p in value.parts)
+        return value
+
+    def _argv(self, stage: Stage, outputs: Mapping[str, str], checkpoint_local: Path) -> list[str]:
+        """The command with references resolved and container paths relocated.
+
+        A declared output path (``/out/data``) or checkpoint path inside the image's filesystem
+        means nothing on this machine, so an argument equal to it, or starting with it, is
+        rewritten to the run directory's copy.
+        """
+        relocate = {stage.outputs[n]: outputs[n] for n in stage.outputs}
+        if stage.checkpoint is not None:
+            relocate[stage.checkpoint.path] = str(checkpoint_local)
+
+        def moved(arg: str) -> str:
+            for old, new in sorted(relocate.items(), key=lambda kv: -len(kv[0])):
+                if arg == old or arg.startswith(old + "/"):
+                    return new + arg[len(old):]
+                if "=" in arg:
+                    flag, _, rest = arg.partition("=")
+                    if rest == old or rest.startswith(old + "/"):
+                        return f"{flag}={new}{rest[len(old):]}"
+            return arg
+
+        items: Sequence[Text]
+        if stage.command is not None:
+            items = [*stage.command, *stage.args]
+            return [moved(self._text(item, outputs)) for item in items]
+        return ["sh", "-c", stage.script or "", "sh",
+                *[moved(self._text(a, outputs)) for a in stage.args]]
+
+    def _cwd(self, stage: Stage) -> str:
+        if stage.workdir and Path(stage.workdir).is_dir():
+            return stage.workdir
+        return str(self.workdir)
+
+    # -- caching --------------------------------------------------------------------------
+
+    def _cache_key(self, stage: Stage) -> str:
+        """The key the compiled workflow's memoization computes, from the same functions."""
+        if stage.cache is None:
+            return ""
+        params = {r.path[1]: self.params[r.path[1]] for r in stage.references() if r.is_param}
+        upstream = {}
+        for ref in stage.references():
+            if ref.is_output:
+                upstream[f"{ref.path[0]}.{ref.path[2]}"] = \
+                    self.record.stages[ref.path[0]].output_hashes.get(ref.path[2], "")
+        return memo.runtime_key(cache_static(stage), params, upstream)
+
+    def _cache_dir(self, stage: Stage, key: str) -> Path | None:
+        if not self.store_root.startswith("file://"):
+            return None
+        return Path(self.store_root[len("file://"):]) / self.pipeline.name / "cache" / \
+            stage.name / key
+
+    def _cache_lookup(self, stage: Stage, key: str) -> tuple[dict[str, str], dict[str, str]] | None:
+        entry_dir = self._cache_dir(stage, key)
+        if entry_dir is None or not (entry_dir / "entry.json").is_file():
+            return None
+        entry = json.loads((entry_dir / "entry.json").read_text(encoding="utf-8"))
+        assert stage.cache is not None
+        if stage.cache.max_age is not None and time.time() - entry["created"] > stage.cache.max_age:
+            return None
+        outputs = {name: str(entry_dir / "outputs" / name) for name in stage.outputs}
+        if not all(Path(p).exists() for p in outputs.values()):
+            return None
+        return outputs, dict(entry["output_hashes"])
+
+    def _cache_store(self, stage: Stage, key: str, record: StageRecord) -> None:
+        """Copy the outputs into the store and commit the entry with one rename."""
+        entry_dir = self._cache_dir(stage, key)
+        if entry_dir is None:
+            return
+        staging = entry_dir.parent / f".{key}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            (staging / "outputs").mkdir(parents=True)
+            for name, path in record.outputs.items():
+                source = Path(path)
+                target = staging / "outputs" / name
+                if source.is_dir():
+                    shutil.copytree(source, target, symlinks=True)
+                elif source.exists():
+                    shutil.copy2(source, target)
+            write_json_atomic(staging / "entry.json", {
+                "created": time.time(), "run": self.run_id,
+                "output_hashes": record.output_hashes})
+            if entry_dir.exists():
+                shutil.rmtree(entry_dir)
+            os.replace(staging, entry_dir)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _read_hashes(self, stage_dir: Path, attempts: int) -> dict[str, str]:
+        hash_dir = stage_dir / f"attempt-{attempts - 1}" / "output-hashes"
+        hashes = {}
+        if hash_dir.is_dir():
+            for path in hash_dir.glob(f"*{contract.OUTPUT_HASH_SUFFIX}"):
+                hashes[path.name[: -len(contract.OUTPUT_HASH_SUFFIX)]] = path.read_text().strip()
+        return hashes
+
+
+def _join_cgroup(procs_file: str) -> Callable[[], None]:
+    def join() -> None:
+        with open(procs_file, "w") as handle:
+            handle.write(str(os.getpid()))
+
+    return join
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _kill_tree(pid: int, cgroup: AttemptCgroup | None) -> None:
+    """SIGKILL the attempt and everything it started, as a pod deletion would."""
+    victims = set(_descendants(pid)) | {pid}
+    if cgroup is not None:
+        try:
+            victims |= {int(p) for p in Path(cgroup.procs_file).read_text().split()}
+        except OSError:
+            pass
+    for victim in victims:
+        _signal(victim, signal.SIGKILL)

@@ -1,0 +1,106 @@
+"""Run records on disk: ``.durapipe/runs/<run>/run.json``, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class AttemptRecord:
+    number: int
+    rung: int
+    memory: str
+    verdict: str
+    exit_code: int
+    seconds: float
+    message: str
+    resumed_from: str
+    log: str
+    fault: str = ""
+
+
+@dataclass
+class StageRecord:
+    name: str
+    #: pending | running | succeeded | cached | reused | failed | skipped | interrupted
+    status: str = "pending"
+    reason: str = ""
+    cache_key: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)
+    output_hashes: dict[str, str] = field(default_factory=dict)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    pipeline: str
+    source: str
+    started: float
+    params: dict[str, str]
+    status: str = "running"
+    finished: float = 0.0
+    resumed_from: str = ""
+    stages: dict[str, StageRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        stages = {
+            name: StageRecord(**{**s, "attempts": [AttemptRecord(**a) for a in s["attempts"]]})
+            for name, s in data.get("stages", {}).items()
+        }
+        return cls(**{**data, "stages": stages})
+
+
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
+    """Write ``data`` so that a crash leaves the old or the new file, never a torn one.
+
+    ``durable`` also survives power loss (fsync); progress updates skip it, as they are
+    superseded within seconds and fsync costs milliseconds each.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def runs_dir(home: Path) -> Path:
+    return home / "runs"
+
+
+def load_run(home: Path, run_id: str) -> RunRecord | None:
+    path = runs_dir(home) / run_id / "run.json"
+    try:
+        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def list_runs(home: Path) -> list[RunRecord]:
+    found = []
+    base = runs_dir(home)
+    if not base.is_dir():
+        return []
+    for entry in sorted(base.iterdir()):
+        record = load_run(home, entry.name)
+        if record is not None:
+            found.append(record)
+    return sorted(found, key=lambda r: r.started)

@@ -1,0 +1,65 @@
+"""The retry policy as a pure function: separate budgets, the OOM ladder, backoff."""
+
+from __future__ import annotations
+
+from durapipe.dsl.model import OnOom, Retry
+from durapipe.runner.policy import Budget, backoff, decide
+from durapipe.runtime import contract as c
+
+LADDER = Retry(attempts=1, preemptions=2, on_oom=OnOom(memory=(256 * 2**30, 512 * 2**30, 2**40)))
+
+
+def _run(retry: Retry, verdicts: list[str]) -> list[tuple[str, int]]:
+    budget = Budget()
+    out = []
+    for verdict in verdicts:
+        decision = decide(retry, budget, verdict)
+        out.append((decision.action, decision.rung))
+    return out
+
+
+def test_preemptions_do_not_spend_the_failure_budget() -> None:
+    steps = _run(LADDER, [c.VERDICT_PREEMPTED, c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE,
+                          c.VERDICT_SUCCESS])
+    assert steps == [("retry", 0), ("retry", 0), ("retry", 0), ("done", 0)]
+
+
+def test_preemption_budget_runs_out() -> None:
+    assert _run(LADDER, [c.VERDICT_PREEMPTED] * 3)[-1] == ("fail", 0)
+
+
+def test_oom_climbs_the_ladder_without_spending_budgets() -> None:
+    budget = Budget()
+    for verdict in (c.VERDICT_HOST_OOM, c.VERDICT_HOST_OOM):
+        decide(LADDER, budget, verdict)
+    assert (budget.rung, budget.failures, budget.preemptions) == (2, 0, 0)
+    assert decide(LADDER, budget, c.VERDICT_SUCCESS).action == "done"
+
+
+def test_non_oom_failure_does_not_climb() -> None:
+    assert _run(LADDER, [c.VERDICT_APP_FAILURE, c.VERDICT_APP_FAILURE]) == \
+        [("retry", 0), ("fail", 0)]
+
+
+def test_oom_at_every_rung_fails_with_a_clear_message() -> None:
+    budget = Budget()
+    decisions = [decide(LADDER, budget, c.VERDICT_HOST_OOM) for _ in range(3)]
+    assert [d.action for d in decisions] == ["retry", "retry", "fail"]
+    assert decisions[-1].reason == \
+        "out of memory at every size of the OOM ladder (256Gi, 512Gi, 1Ti)"
+
+
+def test_gpu_oom_fails_at_once_by_default_and_spends_attempts_with_retry() -> None:
+    assert _run(Retry(attempts=3), [c.VERDICT_GPU_OOM]) == [("fail", 0)]
+    assert _run(Retry(attempts=1, gpu_oom="retry"), [c.VERDICT_GPU_OOM, c.VERDICT_GPU_OOM]) == \
+        [("retry", 0), ("fail", 0)]
+
+
+def test_oom_without_a_ladder_is_an_application_failure() -> None:
+    assert _run(Retry(attempts=1), [c.VERDICT_HOST_OOM, c.VERDICT_HOST_OOM]) == \
+        [("retry", 0), ("fail", 0)]
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    retry = Retry(attempts=5, backoff=10, backoff_factor=3, max_backoff=60)
+    assert [backoff(retry, n) for n in (1, 2, 3)] == [10.0, 30.0, 60.0]

@@ -1,0 +1,163 @@
+"""`durapipe run` end to end: real processes through the runtime wrapper."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from durapipe.dsl import load_path
+from durapipe.runner.cgroups import CgroupFactory
+from durapipe.runner.engine import Fault, RunError, Runner, RunOptions
+from durapipe.runner.records import RunRecord
+
+PY = sys.executable
+
+
+def _run(tmp_path: Path, text: str, **options: object) -> RunRecord:
+    path = tmp_path / "p.pipe"
+    path.write_text(textwrap.dedent(text))
+    result = load_path(path)
+    assert result.pipeline is not None, result.diagnostics
+    opts = RunOptions(home=tmp_path / ".durapipe", grace_seconds=2.0, backoff_scale=0.0,
+                      **options)  # type: ignore[arg-type]
+    return Runner(result.pipeline, str(path), opts).run()
+
+
+def _verdicts(record: RunRecord, stage: str) -> list[str]:
+    return [a.verdict for a in record.stages[stage].attempts]
+
+
+def test_application_failures_spend_attempts_then_fail(tmp_path: Path) -> None:
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "a" {{
+          image = "x"
+          command = ["{PY}", "-c", "raise SystemExit(3)"]
+          retry {{ attempts = 2 }}
+        }}
+    """)
+    assert record.status == "failed"
+    assert _verdicts(record, "a") == ["app_failure"] * 3
+    assert record.stages["a"].reason.startswith("failed; the failure budget (2) is spent")
+    assert record.stages["a"].attempts[0].exit_code == 3
+
+
+def test_preemptions_use_their_own_budget(tmp_path: Path) -> None:
+    marker = tmp_path / "failed-once"
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "a" {{
+          image = "x"
+          command = ["{PY}", "-c", "import os,sys,time,pathlib; print('go', flush=True); p=pathlib.Path(sys.argv[1]); time.sleep(0.6); fail = not p.exists(); p.touch(); sys.exit(1 if fail else 0)", "{marker}"]
+          retry {{ attempts = 1  preemptions = 2 }}
+        }}
+    """, faults=[Fault("preempt", "a", 0.2), Fault("preempt", "a", 0.2)])
+    assert _verdicts(record, "a") == ["preempted", "preempted", "app_failure", "success"]
+    assert record.status == "succeeded"
+
+
+def test_kill_drill_and_timeout_are_failures(tmp_path: Path) -> None:
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "a" {{
+          image = "x"
+          command = ["{PY}", "-c", "import time; print('go', flush=True); time.sleep(30)"]
+          timeout = 1s
+          retry {{ attempts = 1 }}
+        }}
+    """, faults=[Fault("kill", "a", 0.3)])
+    attempts = record.stages["a"].attempts
+    assert [a.verdict for a in attempts] == ["app_failure", "app_failure"]
+    assert attempts[0].fault == "kill@0.3s"
+    assert attempts[1].message == "timed out after 1s"
+    assert record.status == "failed"
+
+
+def test_cache_reuses_stage_until_a_param_or_upstream_output_changes(tmp_path: Path) -> None:
+    text = f"""
+        pipeline "p" {{ storage = "s3://bucket/p" }}
+        params {{ n: int = 3  salt: str = "a" }}
+        stage "prep" {{
+          image = "x"
+          command = ["{PY}", "-c", "import sys; open(sys.argv[1],'w').write(sys.argv[2])", "/out/d", params.salt]
+          outputs {{ d = "/out/d" }}
+          cache = true
+        }}
+        stage "train" {{
+          image = "x"
+          command = ["{PY}", "-c", "import sys; open(sys.argv[2],'w').write(open(sys.argv[1]).read()*int(sys.argv[3]))", prep.outputs.d, "/out/m", params.n]
+          outputs {{ m = "/out/m" }}
+          cache = true
+        }}
+    """
+    first = _run(tmp_path, text)
+    assert [s.status for s in first.stages.values()] == ["succeeded", "succeeded"]
+    assert Path(first.stages["train"].outputs["m"]).read_text() == "aaa"
+    again = _run(tmp_path, text)
+    assert [s.status for s in again.stages.values()] == ["cached", "cached"]
+    assert Path(again.stages["train"].outputs["m"]).read_text() == "aaa"
+    new_n = _run(tmp_path, text, params={"n": "2"})
+    assert [s.status for s in new_n.stages.values()] == ["cached", "succeeded"]
+    new_upstream = _run(tmp_path, text, params={"salt": "b"})
+    assert [s.status for s in new_upstream.stages.values()] == ["succeeded", "succeeded"]
+    assert new_upstream.stages["train"].cache_key != first.stages["train"].cache_key
+
+
+def test_resume_reuses_succeeded_stages(tmp_path: Path) -> None:
+    flag = tmp_path / "eval-fixed"
+    text = f"""
+        pipeline "p" {{}}
+        stage "train" {{
+          image = "x"
+          command = ["{PY}", "-c", "import sys; open(sys.argv[1],'w').write('w')", "/out/m"]
+          outputs {{ m = "/out/m" }}
+        }}
+        stage "eval" {{
+          image = "x"
+          command = ["{PY}", "-c", "import os,sys; sys.exit(0 if os.path.exists(sys.argv[2]) else 1)", train.outputs.m, "{flag}"]
+        }}
+    """
+    first = _run(tmp_path, text)
+    assert (first.stages["train"].status, first.stages["eval"].status) == ("succeeded", "failed")
+    flag.touch()
+    second = _run(tmp_path, text, resume=first.run_id)
+    assert (second.stages["train"].status, second.stages["eval"].status) == \
+        ("reused", "succeeded")
+    assert second.stages["train"].attempts == []
+
+
+def test_downstream_of_a_failure_is_skipped(tmp_path: Path) -> None:
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "a" {{ image = "x"  command = ["{PY}", "-c", "raise SystemExit(1)"] }}
+        stage "b" {{ image = "x"  command = ["true"]  needs = [a] }}
+    """)
+    assert record.stages["b"].status == "skipped"
+    assert record.stages["b"].reason == "upstream failed: a"
+
+
+def test_bad_params_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="param n expects int"):
+        _run(tmp_path, 'pipeline "p" {}\nparams { n: int = 1 }\n'
+                       'stage "a" { image = "x" command = ["true", params.n] }\n',
+             params={"n": "many"})
+
+
+def test_real_kernel_oom_climbs_the_ladder(tmp_path: Path) -> None:
+    if not CgroupFactory().available:
+        pytest.skip("no writable memory cgroup (v1 or v2) on this machine")
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "hog" {{
+          image = "x"
+          command = ["{PY}", "-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"]
+          retry {{ on_oom {{ memory = [128Mi, 256Mi, 512Mi] }} }}
+        }}
+    """)
+    attempts = record.stages["hog"].attempts
+    assert [(a.verdict, a.memory) for a in attempts] == [
+        ("host_oom", "128Mi"), ("host_oom", "256Mi"), ("success", "512Mi")]
+    assert record.status == "succeeded"
