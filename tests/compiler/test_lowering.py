@@ -569,3 +569,16 @@ def test_script_stage_runs_through_the_wrapper() -> None:
     t = templates(compiled(pipeline(s)))["train"]
     assert t["script"]["command"][-2:] == ["--", "sh"]
     assert t["script"]["source"] == "echo hi\n"
+
+
+def test_jobset_conditions_are_the_ones_argo_executor_evaluates_in_the_harness() -> None:
+    # tests/argo/scenarios/jobset-conditions.yaml runs these conditions through Argo's own
+    # executor code; this keeps the proof tied to what the compiler emits.
+    from pathlib import Path
+
+    from durapipe.compiler import jobset
+
+    scenario = Path(__file__).resolve().parents[1] / "argo" / "scenarios" / "jobset-conditions.yaml"
+    text = scenario.read_text(encoding="utf-8")
+    assert f"successCondition: {jobset.SUCCESS_CONDITION}\n" in text
+    assert f"failureCondition: {jobset.FAILURE_CONDITION}\n" in text
