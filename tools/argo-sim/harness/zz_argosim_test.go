@@ -24,6 +24,8 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
 	"github.com/argoproj/argo-workflows/v4/pkg/apis/workflow"
@@ -601,6 +603,23 @@ func TestArgoSim(t *testing.T) {
 	ctx := logging.TestContext(context.Background())
 	cancel, c := newController(ctx, opts...)
 	defer cancel()
+	// The API server defaults a new pod's phase to Pending. The fake clientset does not, and
+	// the informer may deliver the creation event after the simulated kubelet's first update;
+	// the controller then saw phase "" and failed the node ("Unexpected pod phase").
+	fc, ok := c.kubeclientset.(*fake.Clientset)
+	if !ok {
+		panic(fmt.Sprintf("argo-sim: expected Argo's fake clientset, got %T", c.kubeclientset))
+	}
+	{
+		fc.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			if create, ok := action.(k8stesting.CreateAction); ok {
+				if pod, ok := create.GetObject().(*apiv1.Pod); ok && pod.Status.Phase == "" {
+					pod.Status.Phase = apiv1.PodPending
+				}
+			}
+			return false, nil, nil
+		})
+	}
 	maxSteps := sc.MaxSteps
 	if maxSteps == 0 {
 		maxSteps = 400
