@@ -64,12 +64,17 @@ class _CallSite:
                 return None
             source = Source(_display_path(self.path), "".join(lines))
             self._sources[self.path] = source
-        if self.line > source.line_count:
-            return None
-        text = source.line_text(self.line)
-        start = source._line_starts[self.line - 1]
-        indent = len(text) - len(text.lstrip())
-        return Span(source, start + indent, start + len(text.rstrip()))
+        return _line_span(source, self.line)
+
+
+def _line_span(source: Source, line: int) -> Span | None:
+    """The span of a whole line, without its indentation: where a builder mistake is shown."""
+    if line > source.line_count:
+        return None
+    text = source.line_text(line)
+    start = source.line_offset(line)
+    indent = len(text) - len(text.lstrip())
+    return Span(source, start + indent, start + len(text.rstrip()))
 
 
 def _display_path(path: str) -> str:
@@ -376,9 +381,16 @@ def load_module(path: str | os.PathLike[str]) -> LoadResult:
             if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(str(path)):
                 line = tb.tb_lineno
             tb = tb.tb_next
-        where = f"{shown}:{line}" if line else shown
-        return LoadResult(None, [dg.Diagnostic(
-            "P0004", f"{shown} raised {type(exc).__name__}: {exc}", location=where)])
+        try:
+            module_source: Source | None = Source(shown, Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            module_source = None
+        span = _line_span(module_source, line) if line and module_source else None
+        return LoadResult(None, [dg.error(
+            "P0004", f"{shown} raised {type(exc).__name__}: {exc}", span, "raised here",
+            help="fix the module so that it runs; `python FILE` shows the traceback")
+            if span is not None else dg.Diagnostic(
+            "P0004", f"{shown} raised {type(exc).__name__}: {exc}", location=shown)])
     pipeline = getattr(module, "pipeline", None)
     if isinstance(pipeline, PipelineModel):
         return LoadResult(pipeline, [])
