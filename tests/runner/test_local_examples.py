@@ -98,3 +98,33 @@ def test_sklearn_partial_fit_resumed_three_times_matches(tmp_path: Path) -> None
             open(broken.stages["fit"].outputs["model"], "rb") as f2:
         first, second = pickle.load(f1), pickle.load(f2)
     assert (first.coef_ == second.coef_).all() and (first.intercept_ == second.intercept_).all()
+
+
+def test_interrupt_stops_cleanly_and_the_stage_saves_a_final_checkpoint(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    result = load_path(LOCAL / "preempt_resume.pipe")
+    assert result.pipeline is not None
+    runner = Runner(result.pipeline, str(LOCAL / "preempt_resume.pipe"),
+                    RunOptions(home=tmp_path / ".durapipe", grace_seconds=5.0))
+    done: list[RunRecord] = []
+    thread = threading.Thread(target=lambda: done.append(runner.run()))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the loop runs (Ctrl-C mid-training)
+        logs = sorted((runner.run_dir / "count").glob("attempt-*/log"))
+        if logs and "resumed at" in logs[0].read_text():
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
+    runner.interrupt()
+    thread.join(timeout=60)
+    record = done[0]
+    assert record.status == "interrupted"
+    attempts = record.stages["count"].attempts
+    assert [a.verdict for a in attempts] == ["preempted"]
+    stopped = re.findall(r"stopped at (\d+)", _log(record, "count", 0))
+    assert stopped, "the stage did not save its final checkpoint"
+    manifests = list((tmp_path / ".durapipe" / "store").rglob("manifests/*.json"))
+    assert manifests, "no committed checkpoint in the store"

@@ -161,3 +161,29 @@ def test_real_kernel_oom_climbs_the_ladder(tmp_path: Path) -> None:
     assert [(a.verdict, a.memory) for a in attempts] == [
         ("host_oom", "128Mi"), ("host_oom", "256Mi"), ("success", "512Mi")]
     assert record.status == "succeeded"
+
+
+def test_plain_view_and_summary_report_attempts(tmp_path: Path) -> None:
+    import io
+
+    from durapipe.runner.view import View, summary
+
+    stream = io.StringIO()
+    view = View(stream=stream, live=False)
+    path = tmp_path / "p.pipe"
+    path.write_text(f'pipeline "p" {{}}\nstage "a" {{ image = "x" '
+                    f'command = ["{PY}", "-c", "raise SystemExit(1)"] retry {{ attempts = 1 }} }}\n')
+    result = load_path(path)
+    assert result.pipeline is not None
+    runner = Runner(result.pipeline, str(path),
+                    RunOptions(home=tmp_path / ".durapipe", backoff_scale=0.0), view)
+    view.attach(runner.record)
+    record = runner.run()
+    view.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "a: started"
+    assert lines[1].startswith("a: attempt 1 app_failure -> failed; retry 1/1")
+    assert lines[-1].startswith("a: failed (failed; the failure budget (1) is spent")
+    text = summary(record)
+    assert f"run {record.run_id}: failed" in text
+    assert "    #0 rung 0: app_failure after" in text and "    #1 rung 0: app_failure" in text
