@@ -136,7 +136,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return runner_cli.runs(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; ``command`` names the subcommand about to run, if known.
+
+    argparse reads only the chosen subcommand's arguments, so the compiler's and the runner's
+    are added only when one of them is chosen (or none is known yet): `durapipe check` does not
+    import the compiler just to describe `compile`.
+    """
     parser = argparse.ArgumentParser(
         prog="durapipe",
         description="Durable ML training pipelines: check and format .pipe files, "
@@ -170,32 +176,37 @@ def build_parser() -> argparse.ArgumentParser:
     compile_ = sub.add_parser("compile", help="compile pipelines to Argo Workflows YAML",
                               description="Compile .pipe files or builder .py modules to Argo "
                                           "Workflows YAML for GitOps.")
-    try:
+    if command in (None, "compile"):
         from durapipe.compiler import cli as compiler_cli
-    except ImportError:  # pragma: no cover - the compiler ships with the package
-        pass
-    else:
+
         compiler_cli.add_arguments(compile_)
     compile_.set_defaults(func=cmd_compile)
-
-    from durapipe.runner import cli as runner_cli
 
     run = sub.add_parser("run", help="run a pipeline on this machine with the same durability",
                          description="Run a pipeline locally: stages as processes through the "
                                      "runtime wrapper, real memory limits where the machine "
                                      "allows, the same retries, OOM ladder, caching and "
                                      "checkpoint resume as the compiled workflow.")
-    runner_cli.add_run_arguments(run)
-    run.set_defaults(func=cmd_run)
     runs = sub.add_parser("runs", help="list past local runs",
                           description="List runs recorded under .durapipe/runs.")
-    runner_cli.add_runs_arguments(runs)
+    if command in (None, "run", "runs"):
+        from durapipe.runner import cli as runner_cli
+
+        runner_cli.add_run_arguments(run)
+        runner_cli.add_runs_arguments(runs)
+    run.set_defaults(func=cmd_run)
     runs.set_defaults(func=cmd_runs)
     return parser
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line: the first argument that is not an option."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
