@@ -94,14 +94,19 @@ def task_for(lowered: LoweredStage, tasks_of: dict[str, str], source: Source,
         {"name": artifact_input_name(s, o), "from": source.refs[(s, o)][1]}
         for s, o in sorted(lowered.io.upstream)
     ]
-    args: Json = {}
-    if params:
-        args["parameters"] = params
-    if arts:
-        args["artifacts"] = arts
-    if args:
-        entry["arguments"] = args
+    set_arguments(entry, params, arts)
     return entry
+
+
+def set_arguments(task: Json, parameters: list[Json], artifacts: list[Json]) -> None:
+    """A DAG task's ``arguments``, with empty lists left out (and no key when both are)."""
+    args: Json = {}
+    if parameters:
+        args["parameters"] = parameters
+    if artifacts:
+        args["artifacts"] = artifacts
+    if args:
+        task["arguments"] = args
 
 
 def local_refs(stage: str, output: str, task: str) -> tuple[str, str]:
@@ -315,13 +320,7 @@ def split_objects(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[
                      + exported_art(s, o) + "}}"}
             for s, o in sorted(imports[i])
         ]
-        call: Json = {}
-        if call_params:
-            call["parameters"] = call_params
-        if call_arts:
-            call["artifacts"] = call_arts
-        if call:
-            entry["arguments"] = call
+        set_arguments(entry, call_params, call_arts)
         main_tasks.append(entry)
     main = document(ctx, kind, [{"name": naming.ENTRYPOINT, "dag": {"tasks": main_tasks}}])
     return [*documents, main]

@@ -18,19 +18,16 @@ from durapipe.compiler.lower import (
     LoweredStage,
     StageIO,
     Variant,
-    container_resources,
     contract_env,
+    fill_main_container,
     grace_seconds,
     init_container,
-    main_mounts,
     memoize,
     cache_static,
     render_text,
     scheduling,
     stage_metadata,
-    store_env_from,
     is_on,
-    upload_sidecar,
     user_env,
     volumes,
     ZIPAPP,
@@ -121,20 +118,8 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
         "command": ["python3", ZIPAPP, "exec", "--",
                     *torchrun_argv(dist.replicas, dist.procs_per_node, user)],
     }
-    if stage.workdir is not None:
-        main["workingDir"] = stage.workdir
-    main["env"] = env + env_user
-    env_from = store_env_from(ctx)
-    if env_from:
-        main["envFrom"] = env_from
-    resources = container_resources(ctx, stage, variant)
-    if resources:
-        main["resources"] = resources
-    main["volumeMounts"] = main_mounts(stage)
-    containers = [main]
-    if is_on(stage.checkpoint):
-        sidecar_env = [e for e in env if str(e["name"]).startswith("DURAPIPE_")]
-        containers.append(upload_sidecar(ctx, stage, sidecar_env))
+    sidecar = fill_main_container(ctx, stage, variant, main, env + env_user)
+    containers = [main] if sidecar is None else [main, sidecar]
 
     pod_spec: Json = {"restartPolicy": "Never"}
     grace = grace_seconds(ctx, stage)

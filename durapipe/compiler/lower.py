@@ -504,6 +504,28 @@ def init_container(ctx: Context) -> Json:
     }
 
 
+def fill_main_container(ctx: Context, stage: Stage, variant: Variant, main: Json,
+                        env: list[Json]) -> Json | None:
+    """Add what every stage's main container has (working dir, env, store credentials,
+    resources, mounts) to ``main``; return the upload sidecar when the stage checkpoints.
+
+    Shared by single-pod stages and the JobSet pods of multi-node stages."""
+    if stage.workdir is not None:
+        main["workingDir"] = stage.workdir
+    main["env"] = env
+    env_from = store_env_from(ctx)
+    if env_from:
+        main["envFrom"] = env_from
+    resources = container_resources(ctx, stage, variant)
+    if resources:
+        main["resources"] = resources
+    main["volumeMounts"] = main_mounts(stage)
+    if not is_on(stage.checkpoint):
+        return None
+    sidecar_env = [e for e in env if str(e.get("name", "")).startswith("DURAPIPE_")]
+    return upload_sidecar(ctx, stage, sidecar_env)
+
+
 def upload_sidecar(ctx: Context, stage: Stage, env: list[Json]) -> Json:
     mounts: list[Json] = [{"name": RUNTIME_VOLUME, "mountPath": RUNTIME_ROOT}]
     ckpt_path = checkpoint_outside_root(stage)
@@ -779,20 +801,10 @@ def lower_stage(ctx: Context, index: int, stage: Stage) -> LoweredStage:
             main["source"] = stage.script
         elif args:
             main["args"] = args
-        if stage.workdir is not None:
-            main["workingDir"] = stage.workdir
-        main["env"] = env
-        env_from = store_env_from(ctx)
-        if env_from:
-            main["envFrom"] = env_from
-        resources = container_resources(ctx, stage, variant)
-        if resources:
-            main["resources"] = resources
-        main["volumeMounts"] = main_mounts(stage)
+        sidecar = fill_main_container(ctx, stage, variant, main, env)
         t["script" if stage.script is not None else "container"] = main
-        if is_on(ckpt):
-            sidecar_env = [e for e in env if str(e.get("name", "")).startswith("DURAPIPE_")]
-            t["sidecars"] = [upload_sidecar(ctx, stage, sidecar_env)]
+        if sidecar is not None:
+            t["sidecars"] = [sidecar]
         return t
 
     plans = plan_tasks(stage, variants, has_ladder=has_ladder)
