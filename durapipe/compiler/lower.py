@@ -378,11 +378,19 @@ def container_resources(ctx: Context, stage: Stage, variant: Variant) -> Json:
 # -- the runtime: env, volumes, init container, sidecar ---------------------------------------
 
 
+def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, run: str) -> str:
+    """Where a stage's checkpoints live: keyed by run (or pipeline) and stage, never by
+    attempt, so retries, rungs and fallback types all resume from the same line.  The local
+    runner uses the same layout under its own store."""
+    base = f"{root.rstrip('/')}/{pipeline}"
+    if scope == "pipeline":
+        return f"{base}/stages/{stage}/checkpoints"
+    return f"{base}/runs/{run}/{stage}/checkpoints"
+
+
 def checkpoint_uri(pipeline: Pipeline, stage: Stage, checkpoint: Checkpoint) -> str:
-    root = (pipeline.storage or "").rstrip("/")
-    if checkpoint.scope == "pipeline":
-        return f"{root}/{pipeline.name}/stages/{stage.name}/checkpoints"
-    return f"{root}/{pipeline.name}/runs/{{{{workflow.name}}}}/{stage.name}/checkpoints"
+    return checkpoint_line(pipeline.storage or "", pipeline.name, stage.name, checkpoint.scope,
+                           "{{workflow.name}}")
 
 
 def grace_seconds(ctx: Context, stage: Stage) -> int | None:

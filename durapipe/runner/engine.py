@@ -25,7 +25,7 @@ from pathlib import Path
 import durapipe
 from durapipe.compiler import memo
 from durapipe.compiler.graph import param_value
-from durapipe.compiler.lower import cache_static
+from durapipe.compiler.lower import cache_static, checkpoint_line
 from durapipe.dsl import units
 from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.runner import policy
@@ -34,6 +34,8 @@ from durapipe.runner.records import (
     AttemptRecord, RunRecord, StageRecord, load_run, runs_dir, write_json_atomic,
 )
 from durapipe.runtime import contract
+from durapipe.runtime.checkpoint import decode_manifest, list_commits, manifest_key
+from durapipe.runtime.store import StoreError, open_store
 from durapipe.runtime.wrapper import parse_verdict_line
 
 DEFAULT_GRACE_SECONDS = 10.0
@@ -416,28 +418,25 @@ class Runner:
     def _checkpoint_uri(self, stage: Stage) -> str:
         if stage.checkpoint is None:
             return ""
-        base = f"{self.store_root}/{self.pipeline.name}"
-        if stage.checkpoint.scope == "pipeline":
-            return f"{base}/stages/{stage.name}/checkpoints"
         run = self.resumed.run_id if self.resumed else self.run_id
-        return f"{base}/runs/{run}/{stage.name}/checkpoints"
+        return checkpoint_line(self.store_root, self.pipeline.name, stage.name,
+                               stage.checkpoint.scope, run)
 
     def _latest_checkpoint(self, stage: Stage) -> str:
         """The newest committed checkpoint this attempt will find, for the report."""
         uri = self._checkpoint_uri(stage)
-        if not uri.startswith("file://"):
+        if not uri:
             return ""
-        manifests = Path(uri[len("file://"):]) / "manifests"
-        names = sorted(p.name for p in manifests.glob("*.json")) if manifests.is_dir() else []
-        if not names:
-            return ""
-        seq = names[-1][: -len(".json")].lstrip("0") or "0"
         try:
-            body = json.loads((manifests / names[-1]).read_text(encoding="utf-8"))["body"]
-            step = body.get("metadata", {}).get("step")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            step = None
-        return f"#{seq}" + (f" (step {step})" if step is not None else "")
+            store = open_store(uri)
+            seqs = list_commits(store)
+            if not seqs:
+                return ""
+            body = decode_manifest(store.get_bytes(manifest_key(seqs[0])))
+        except (StoreError, OSError, ValueError):
+            return ""  # only the report loses the detail; the attempt reads the store itself
+        step = body.get("metadata", {}).get("step")
+        return f"#{seqs[0]}" + (f" (step {step})" if step is not None else "")
 
     def _env(self, stage: Stage, attempt: int, rung: int, memory: int | None,
              outputs: Mapping[str, str], termination_log: Path, hash_dir: Path,
