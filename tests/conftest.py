@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
+from syrupy.assertion import SnapshotAssertion
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
@@ -34,3 +36,27 @@ def shared_dir() -> Path:
     if not (SHARED / "argo").is_dir():
         pytest.skip(f"{SHARED} is absent (a user's clone); CI always has it")
     return SHARED
+
+
+class TextSnapshot(SingleFileSnapshotExtension):
+    """One ``.txt`` file per snapshot, so a diff of rendered diagnostics reads as text."""
+
+    _write_mode = WriteMode.TEXT
+    file_extension = "txt"
+
+
+class YamlSnapshot(SingleFileSnapshotExtension):
+    """One ``.yaml`` file per snapshot: compiled output exactly as `durapipe compile` writes it."""
+
+    _write_mode = WriteMode.TEXT
+    file_extension = "yaml"
+
+
+@pytest.fixture
+def snapshot_text(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    return snapshot.use_extension(TextSnapshot)
+
+
+@pytest.fixture
+def snapshot_yaml(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    return snapshot.use_extension(YamlSnapshot)

@@ -1,4 +1,4 @@
-"""Fixtures for compiler tests: a single-file YAML snapshot extension and the strict validator."""
+"""Fixtures for compiler tests: the strict validator (snapshot fixtures are in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from syrupy.assertion import SnapshotAssertion
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
-
-
-class YamlSnapshot(SingleFileSnapshotExtension):
-    """One ``.yaml`` file per snapshot: the compiled output exactly as `durapipe compile` writes it."""
-
-    _write_mode = WriteMode.TEXT
-    file_extension = "yaml"
-
-
-@pytest.fixture
-def snapshot_yaml(snapshot: SnapshotAssertion) -> SnapshotAssertion:
-    return snapshot.use_extension(YamlSnapshot)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from durapipe.compiler import CompileOptions, compile_pipeline
 from durapipe.dsl import load_path
@@ -26,18 +25,13 @@ OPTIONS = {
 REACHED_ELSEWHERE = {"P0403", "P0405"}
 
 
-class TextSnapshot(SingleFileSnapshotExtension):
-    _write_mode = WriteMode.TEXT
-    file_extension = "txt"
-
-
 def test_every_compilation_code_has_a_case() -> None:
     covered = {p.name[:5] for p in CASES} | REACHED_ELSEWHERE
     assert {c for c in CODES if c.startswith("P04")} <= covered
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
-def test_compilation_case(path: Path, snapshot: SnapshotAssertion,
+def test_compilation_case(path: Path, snapshot_text: SnapshotAssertion,
                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     shown = path.relative_to(REPO).as_posix()
@@ -50,4 +44,4 @@ def test_compilation_case(path: Path, snapshot: SnapshotAssertion,
     assert result.documents == []
     for diag in result.diagnostics:
         assert diag.span is not None, diag  # every compilation error points at the source
-    assert render(result.diagnostics) + "\n" == snapshot.use_extension(TextSnapshot)
+    assert render(result.diagnostics) + "\n" == snapshot_text

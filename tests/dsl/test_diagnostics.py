@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from durapipe.dsl import LoadResult, load_path
 from durapipe.dsl.codes import CODES
@@ -32,18 +31,6 @@ EXEMPT: dict[str, str] = {
     **{code: "raised by the compiler to Argo, after the front end; tested with the compiler"
        for code in CODES if code.startswith("P04")},
 }
-
-
-class TextSnapshot(SingleFileSnapshotExtension):
-    """One ``.txt`` file per snapshot, so a diff of the rendered text reads as text."""
-
-    _write_mode = WriteMode.TEXT
-    file_extension = "txt"
-
-
-@pytest.fixture
-def snapshot_text(snapshot: SnapshotAssertion) -> SnapshotAssertion:
-    return snapshot.use_extension(TextSnapshot)
 
 
 def relative(path: Path) -> str:
