@@ -33,6 +33,7 @@ from pathlib import Path
 
 from durapipe.runtime.checkpoint import Checkpoint
 from durapipe.runtime.store import LocalStore
+from timing import timed
 
 SHARD_MIB = 32
 RESULTS: list[tuple[str, float, str, bool]] = []
@@ -50,12 +51,6 @@ def make_shards(root: Path, total_mib: int, shard_mib: int = SHARD_MIB) -> Path:
             handle.write(os.urandom(shard_mib * 1024 * 1024))
     (root / "meta.json").write_text('{"step": 1}')
     return root
-
-
-def timed(action: object) -> float:
-    start = time.perf_counter()
-    action()  # type: ignore[operator]
-    return time.perf_counter() - start
 
 
 def bench_import() -> None:

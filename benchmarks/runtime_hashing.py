@@ -10,20 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 from durapipe.runtime.hashing import hash_bytes, hash_file
-
-
-def best_of(runs: int, action: object) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        action()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return min(times)
+from timing import best_of
 
 
 def main() -> int:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from durapipe.runtime.checkpoint import Checkpoint
+from timing import best_of
 
 
 def make_fp32_shards(root: Path, total_mib: int, shard_mib: int = 32) -> None:
@@ -37,15 +37,6 @@ def make_fp32_shards(root: Path, total_mib: int, shard_mib: int = 32) -> None:
 
         for index in range(total_mib // shard_mib):
             (root / f"shard-{index:03d}.bin").write_bytes(os.urandom(shard_mib * 1024 * 1024))
-
-
-def best(repeats: int, action: object) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()  # type: ignore[operator]
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> int:
@@ -92,11 +83,11 @@ def main() -> int:
             assert Checkpoint(our_src, path=work / f"ours-r-{next(counter)}").load_sync()
 
         timings = {
-            "plain copy": best(options.repeats, plain_copy),
-            "flyte save_sync": best(options.repeats, flyte_save),
-            "flyte load_sync": best(options.repeats, flyte_load),
-            "durapipe save_sync (committed)": best(options.repeats, our_save),
-            "durapipe load_sync (verified)": best(options.repeats, our_load),
+            "plain copy": best_of(options.repeats, plain_copy),
+            "flyte save_sync": best_of(options.repeats, flyte_save),
+            "flyte load_sync": best_of(options.repeats, flyte_load),
+            "durapipe save_sync (committed)": best_of(options.repeats, our_save),
+            "durapipe load_sync (verified)": best_of(options.repeats, our_load),
         }
     for label, seconds in timings.items():
         print(f"{label:34s} {seconds:8.3f} s")
