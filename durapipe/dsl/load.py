@@ -37,8 +37,8 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
     diagnostics = diagnostics + validate.drop_consequences(errors, reported)
     if pipeline is not None and not any(d.code == "P0202" and "pipeline" in d.message
                                         for d in diagnostics):
-        diagnostics += validate.drop_consequences(validate.check(pipeline, source_map, fallback),
-                                                  reported)
+        checked = validate.check(pipeline, source_map, fallback, data)
+        diagnostics += validate.drop_consequences(checked, reported)
     diagnostics = dg.sort_unique(diagnostics)
     if dg.has_errors(diagnostics):
         return LoadResult(None, diagnostics, source_map)

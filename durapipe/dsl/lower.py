@@ -2,8 +2,8 @@
 
 The block vocabulary is closed and written out below as tables, one per block, so that an
 unknown name gets a did-you-mean against exactly the names allowed at that place.  Values are
-converted to Python but their types are checked by the pydantic model, whose error locations
-are mapped back to spans through the source map.
+converted to Python but their types are checked against the model by ``typecheck``, whose
+problem locations are mapped back to spans through the source map.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ PIPELINE_SCHEMA: dict[str, Attr | Blk | Map] = {
 
 @dataclass
 class Lowering:
-    """The result: data for ``Pipeline.model_validate``, its source map, and diagnostics."""
+    """The result: data for ``typecheck.build(Pipeline, ...)``, its source map, diagnostics."""
 
     data: dict[str, Any] = field(default_factory=dict)
     source_map: SourceMap = field(default_factory=dict)

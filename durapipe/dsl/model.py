@@ -1,54 +1,40 @@
 """The validated pipeline model: what a ``.pipe`` file and the Python builder both produce.
 
-Every model is frozen and forbids unknown fields, so two sources that mean the same pipeline
-build *equal* models (the builder-twin tests rely on that).  Quantities are canonical integers
+Every model is a frozen dataclass built only through ``typecheck.build`` (which rejects unknown
+fields and checks the annotations below), so two sources that mean the same pipeline build
+*equal* models (the builder-twin tests rely on that).  Quantities are canonical integers
 (bytes, millicores, seconds); source positions are kept apart, in a ``SourceMap`` keyed like
-pydantic's error ``loc`` tuples, so they never affect equality.
+the model's field paths, so they never affect equality.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
-from pydantic_core import PydanticCustomError
+from dataclasses import dataclass, field
+from typing import Annotated, ClassVar, Literal, Union
 
 from durapipe.dsl import units
-
-
-def _unit_validator(parse: Any, error_type: str) -> BeforeValidator:
-    def validate(value: object) -> int:
-        try:
-            return int(parse(value))
-        except units.UnitError as exc:
-            raise PydanticCustomError(error_type, str(exc)) from None
-
-    return BeforeValidator(validate)
-
+from durapipe.dsl.typecheck import Bounds, Convert, MinItems
 
 #: Memory and storage sizes, in bytes.
-Bytes = Annotated[int, _unit_validator(units.parse_bytes, "bad_quantity"), Field(ge=0)]
+Bytes = Annotated[int, Convert(units.parse_bytes), Bounds(ge=0)]
 #: CPU amounts, in millicores.
-MilliCpu = Annotated[int, _unit_validator(units.parse_millicpu, "bad_quantity"), Field(gt=0)]
+MilliCpu = Annotated[int, Convert(units.parse_millicpu), Bounds(gt=0)]
 #: Durations, in whole seconds.
-Seconds = Annotated[int, _unit_validator(units.parse_seconds, "bad_duration"), Field(ge=0)]
+Seconds = Annotated[int, Convert(units.parse_seconds), Bounds(ge=0)]
 
-
-#: Counts and flags take exactly that type: `attempts = "3"` or `interruptible = "yes"` is a
-#: mistake to report, not a value to coerce.
-Int = Annotated[int, Strict()]
-Bool = Annotated[bool, Strict()]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+#: Every model class is immutable, compared by value and built with keywords only.  Counts
+#: and flags are plain ``int`` and ``bool``, which ``typecheck`` takes exactly:
+#: `attempts = "3"` or `interruptible = "yes"` is a mistake to report, not a value to convert.
 
 
 # -- values -----------------------------------------------------------------------------------
 
 
-class Ref(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Ref:
     """A reference: ``params.epochs``, ``prep.outputs.data`` or a bare stage name ``train``."""
+
+    described_as: ClassVar[str] = "a reference such as `prep.outputs.data`"
 
     path: tuple[str, ...]
 
@@ -71,7 +57,8 @@ class Ref(_Frozen):
         return ".".join(self.path)
 
 
-class Interp(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Interp:
     """A string with ``${...}`` interpolations: literal text and references, in order."""
 
     parts: tuple[Union[str, Ref], ...]
@@ -80,8 +67,11 @@ class Interp(_Frozen):
         return "".join(p if isinstance(p, str) else "${" + str(p) + "}" for p in self.parts)
 
 
-class Secret(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Secret:
     """``secret("name", "key")``: a Kubernetes Secret key, never an inline value."""
+
+    described_as: ClassVar[str] = 'a `secret("name", "key")` call'
 
     name: str
     key: str
@@ -114,7 +104,8 @@ ParamType = Literal["str", "int", "float", "bool"]
 ParamValue = Union[bool, int, float, str]
 
 
-class Param(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Param:
     """A typed pipeline parameter, overridable at submit time."""
 
     name: str
@@ -126,24 +117,27 @@ class Param(_Frozen):
 # -- stage settings ---------------------------------------------------------------------------
 
 
-class GpuChoice(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class GpuChoice:
     """One GPU type in the fallback order, with the count to request on it."""
 
     type: str
-    count: Int = Field(ge=1)
+    count: Annotated[int, Bounds(ge=1)]
 
 
-class Gpu(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
     """GPU request: a count and an ordered list of acceptable types."""
 
-    count: Int = Field(default=1, ge=1)
+    count: Annotated[int, Bounds(ge=1)] = 1
     #: In order of preference.  Entries may override the count (``"A100:16"``).
     types: tuple[GpuChoice, ...] = ()
     #: Longest time to wait for capacity of one type before falling back to the next.
     fallback_after: Seconds | None = None
 
 
-class Resources(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Resources:
     cpu: MilliCpu | None = None
     memory: Bytes | None = None
     ephemeral_storage: Bytes | None = None
@@ -151,28 +145,31 @@ class Resources(_Frozen):
     gpu: Gpu | None = None
 
 
-class OnOom(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class OnOom:
     """The OOM memory ladder: each out-of-memory kill moves to the next, larger size."""
 
-    memory: tuple[Bytes, ...] = Field(min_length=1)
+    memory: Annotated[tuple[Bytes, ...], MinItems(1)]
 
 
-class Retry(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Retry:
     """Separate retry budgets: application failures, preemptions and the OOM ladder."""
 
     #: Retries after an application failure (non-zero exit that is not OOM or preemption).
-    attempts: Int = Field(default=0, ge=0, le=100)
+    attempts: Annotated[int, Bounds(ge=0, le=100)] = 0
     #: Retries after a preemption (spot reclaim, node shutdown, eviction, pod deletion).
-    preemptions: Int = Field(default=3, ge=0, le=100)
+    preemptions: Annotated[int, Bounds(ge=0, le=100)] = 3
     backoff: Seconds | None = None
-    backoff_factor: Int = Field(default=2, ge=1, le=10)
+    backoff_factor: Annotated[int, Bounds(ge=1, le=10)] = 2
     max_backoff: Seconds | None = None
     on_oom: OnOom | None = None
     #: CUDA out-of-memory: "fail" at once, or "retry" spending the application budget.
     gpu_oom: Literal["fail", "retry"] = "fail"
 
 
-class Cache(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Cache:
     """Result caching.  Off unless a ``cache`` block (or ``cache = true``) is present."""
 
     #: Salt: bump it to invalidate every cached result of the stage.
@@ -180,49 +177,52 @@ class Cache(_Frozen):
     max_age: Seconds | None = None
 
 
-class Checkpoint(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
     """Intra-task checkpointing through the runtime's store (``checkpoint = true`` or a block)."""
 
     path: str = "/var/run/durapipe/checkpoint"
-    keep: Int = Field(default=3, ge=1, le=1000)
+    keep: Annotated[int, Bounds(ge=1, le=1000)] = 3
     #: "run": this run only; "pipeline": later runs of the same pipeline resume from it too.
     scope: Literal["run", "pipeline"] = "run"
 
 
-class Distributed(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Distributed:
     """Multi-node training: ``replicas`` nodes x ``procs_per_node`` processes."""
 
-    replicas: Int = Field(ge=1, le=10000)
-    procs_per_node: Int = Field(default=1, ge=1, le=64)
+    replicas: Annotated[int, Bounds(ge=1, le=10000)]
+    procs_per_node: Annotated[int, Bounds(ge=1, le=64)] = 1
     launcher: Literal["torchrun"] = "torchrun"
-    max_restarts: Int = Field(default=0, ge=0, le=1000)
+    max_restarts: Annotated[int, Bounds(ge=0, le=1000)] = 0
     #: Restarts caused by host maintenance or preemption do not spend ``max_restarts``.
-    restart_on_maintenance: Bool = True
+    restart_on_maintenance: bool = True
 
 
-class Stage(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Stage:
     name: str
     image: str
     command: tuple[Text, ...] | None = None
     script: str | None = None
     args: tuple[Text, ...] = ()
-    env: dict[str, EnvValue] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = field(default_factory=dict)
     workdir: str | None = None
-    inputs: dict[str, Ref] = Field(default_factory=dict)
-    outputs: dict[str, str] = Field(default_factory=dict)
+    inputs: dict[str, Ref] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     resources: Resources = Resources()
-    interruptible: Bool = False
+    interruptible: bool = False
     #: Run the last attempt on on-demand capacity (only with ``interruptible``).
-    last_attempt_on_demand: Bool = False
+    last_attempt_on_demand: bool = False
     retry: Retry = Retry()
     cache: Cache | None = None
     checkpoint: Checkpoint | None = None
     #: Longest runtime of one attempt.
     timeout: Seconds | None = None
     distributed: Distributed | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def references(self) -> list[Ref]:
         """Every reference the stage makes, in a stable order."""
@@ -254,7 +254,8 @@ OutputKind = Literal["workflow", "template", "cron"]
 Profile = Literal["generic", "gke", "eks", "karpenter", "aks"]
 
 
-class Cluster(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
     """How this cluster labels spot capacity and GPU types; presets come from ``profile``."""
 
     profile: Profile = "generic"
@@ -263,14 +264,15 @@ class Cluster(_Frozen):
     #: Node label that carries the GPU type; defaults to the profile's.
     gpu_label: str | None = None
     #: GPU type -> label value, overriding or extending the profile's catalogue.
-    gpu_products: dict[str, str] = Field(default_factory=dict)
+    gpu_products: dict[str, str] = field(default_factory=dict)
     #: Node labels that select spot capacity, overriding the profile's.
-    spot_selector: dict[str, str] = Field(default_factory=dict)
+    spot_selector: dict[str, str] = field(default_factory=dict)
     #: Node labels that select on-demand capacity, overriding the profile's.
-    on_demand_selector: dict[str, str] = Field(default_factory=dict)
+    on_demand_selector: dict[str, str] = field(default_factory=dict)
 
 
-class Pipeline(_Frozen):
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
     name: str
     namespace: str | None = None
     #: Root URI for checkpoints and cache data (``s3://bucket/prefix``, ``file:///...``).
@@ -281,8 +283,8 @@ class Pipeline(_Frozen):
     schedules: tuple[str, ...] = ()
     timezone: str | None = None
     kind: OutputKind = "workflow"
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
     cluster: Cluster = Cluster()
     params: tuple[Param, ...] = ()
     stages: tuple[Stage, ...] = ()

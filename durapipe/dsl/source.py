@@ -68,7 +68,7 @@ class Span:
         return f"{self.source.path}:{line}:{col}"
 
 
-#: Where each part of the raw pipeline came from, keyed exactly like pydantic error locations
+#: Where each part of the raw pipeline came from, keyed exactly like the model's field paths
 #: (``("stages", 2, "resources", "memory")``).  Keys with a trailing ``"<key>"`` hold the span of
 #: a map key or attribute name rather than of its value.
 SourceMap = dict[tuple[object, ...], Span]

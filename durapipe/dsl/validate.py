@@ -1,8 +1,8 @@
-"""Plain data -> checked model: pydantic's type checks, then the language's own rules.
+"""Plain data -> checked model: the model's type checks, then the language's own rules.
 
-Pydantic errors are translated here into coded diagnostics placed through the source map;
-nothing from pydantic escapes.  Semantic checks run on the model and collect every problem
-rather than stopping at the first.
+Type problems from ``typecheck`` are turned here into coded diagnostics placed through the
+source map.  Semantic checks run on the model and collect every problem rather than stopping
+at the first.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
-
-from durapipe.dsl import catalog
+from durapipe.dsl import catalog, typecheck
 from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error, warning
 from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
@@ -24,38 +22,10 @@ IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CRON_FIELD_RE = re.compile(r"^[\d*/,\-?LW#A-Za-z]+$")
 _CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 
-_RANGE_TYPES = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
-                "too_short", "too_long"}
-
-
-#: Parts of a pydantic error location that name a member of a union, not a field.
-_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "tuple", "dict"}
-
 
 def _describe_loc(loc: tuple[Any, ...]) -> str:
-    names = [str(p) for p in loc if isinstance(p, str) and p[:1].isalpha()
-             and p[:1].islower() and p not in _UNION_TAGS and "[" not in p]
+    names = [p for p in loc if isinstance(p, str) and p[:1].isalpha() and p[:1].islower()]
     return names[-1] if names else "value"
-
-
-#: Pydantic's wording -> the language's (a tuple or list is a `[...]` list, a model a block).
-_MESSAGE_WORDS = (
-    ("a valid dictionary or instance of ref", "a reference such as `prep.outputs.data`"),
-    ("a valid dictionary or instance of secret", 'a `secret("name", "key")` call'),
-    ("a valid dictionary or instance of", "a block"),
-    ("a valid dictionary", "a block"),
-    ("a valid tuple", "a list"),
-    ("a valid list", "a list"),
-)
-
-
-def _wording(message: str) -> str:
-    message = message.lower()
-    for old, new in _MESSAGE_WORDS:
-        if old in message:
-            message = message.replace(old, new)
-            break
-    return message
 
 
 _PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
@@ -63,25 +33,23 @@ _PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memo
 
 def model_from_data(data: dict[str, Any], source_map: SourceMap,
                     fallback: Span | None) -> tuple[Pipeline | None, list[Diagnostic]]:
-    """Validate plain data into the model, translating pydantic's errors.
+    """Check plain data and build the model, reporting every type problem.
 
-    On errors, the model returned is a best-effort one built with the invalid values removed
+    On problems, the model returned is a best-effort one built with the invalid values removed
     (defaults or placeholders in their place), so the semantic checks can still report the
     file's other mistakes in the same run; callers must not treat it as valid.
     """
-    try:
-        return Pipeline.model_validate(data), []
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-    diagnostics = translate_errors(errors, source_map, fallback)
+    pipeline, problems = typecheck.build(Pipeline, data)
+    if not problems:
+        return pipeline, []
+    diagnostics = translate_problems(problems, source_map, fallback)
     repaired = copy.deepcopy(data)
     for _ in range(4):
-        for err in errors:
-            _drop(repaired, tuple(err["loc"]), err["type"] == "missing")
-        try:
-            return Pipeline.model_validate(repaired), diagnostics
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False)
+        for problem in problems:
+            _drop(repaired, problem.loc, problem.kind == "missing")
+        pipeline, problems = typecheck.build(Pipeline, repaired)
+        if not problems:
+            return pipeline, diagnostics
     return None, diagnostics
 
 
@@ -111,13 +79,12 @@ def _drop(data: Any, loc: tuple[Any, ...], missing: bool) -> None:
             container.pop(key)
 
 
-def translate_errors(errors: Iterable[Any], source_map: SourceMap,
-                     fallback: Span | None) -> list[Diagnostic]:
+def translate_problems(problems: Iterable[typecheck.Problem], source_map: SourceMap,
+                       fallback: Span | None) -> list[Diagnostic]:
     diagnostics: list[Diagnostic] = []
     seen: set[tuple[object, ...]] = set()
-    for err in errors:
-        loc = tuple(err["loc"])
-        kind = err["type"]
+    for problem in problems:
+        loc, kind = problem.loc, problem.kind
         field = _describe_loc(loc)
         if kind == "missing":
             span = lookup(source_map, loc[:-1]) or fallback
@@ -129,17 +96,17 @@ def translate_errors(errors: Iterable[Any], source_map: SourceMap,
             key: tuple[object, ...] = (loc, "missing")
         else:
             span = lookup(source_map, loc) or fallback
-            if isinstance(err.get("input"), (Ref, Interp)):
+            if isinstance(problem.value, (Ref, Interp)):
                 code, message = "P0203", (f"`{field}` cannot hold a reference; only `command`, "
                                           "`args`, `env` and `inputs` refer to params and outputs")
-            elif kind in ("bad_quantity", "bad_duration"):
-                code, message = "P0205", f"`{field}`: {err['msg']}"
-            elif kind in _RANGE_TYPES:
-                code, message = "P0204", f"`{field}` is out of range: {err['msg'].lower()}"
-            elif kind in ("literal_error", "enum"):
-                code, message = "P0206", f"`{field}`: {err['msg'].lower()}"
+            elif kind == "convert":
+                code, message = "P0205", f"`{field}`: {problem.message}"
+            elif kind == "range":
+                code, message = "P0204", f"`{field}` is out of range: {problem.message}"
+            elif kind == "choice":
+                code, message = "P0206", f"`{field}`: {problem.message}"
             else:
-                code, message = "P0203", f"`{field}` has the wrong type: {_wording(err['msg'])}"
+                code, message = "P0203", f"`{field}` has the wrong type: {problem.message}"
             diag = error(code, message, span, "invalid value")
             key = (span.sort_key() if span else loc,)
         if key not in seen:
@@ -221,11 +188,22 @@ def drop_missing_after_mistakes(diagnostics: list[Diagnostic],
 
 
 class _Checker:
-    def __init__(self, pipeline: Pipeline, source_map: SourceMap, fallback: Span | None):
+    def __init__(self, pipeline: Pipeline, source_map: SourceMap, fallback: Span | None,
+                 data: dict[str, Any]):
         self.p = pipeline
         self.sm = source_map
         self.fallback = fallback
+        self.data = data
         self.diags: list[Diagnostic] = []
+
+    def written_retry(self, index: int) -> set[str]:
+        """The retry settings the stage (or ``defaults``) wrote, defaults merged in."""
+        stages = self.data.get("stages")
+        if not isinstance(stages, list) or index >= len(stages):
+            return set()
+        stage = stages[index]
+        retry = stage.get("retry") if isinstance(stage, dict) else None
+        return set(retry) if isinstance(retry, dict) else set()
 
     def at(self, *loc: Any) -> Span | None:
         return lookup(self.sm, loc) or self.fallback
@@ -359,7 +337,7 @@ class _Checker:
                            help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
         self.resources(i, stage)
         for name in ("backoff_factor", "max_backoff"):
-            if name in stage.retry.model_fields_set and stage.retry.backoff is None:
+            if name in self.written_retry(i) and stage.retry.backoff is None:
                 self.add(error("P0319", f"`{name}` has no effect without `backoff`",
                                self.at(*base, "retry", name, KEY), "has no effect",
                                help=f"set `backoff = 30s` (the first delay) or drop `{name}`"))
@@ -501,5 +479,8 @@ def _name_hint(name: str) -> str:
     return f"use lower-case letters, digits and `-`, at most 50 characters: \"{fixed}\""
 
 
-def check(pipeline: Pipeline, source_map: SourceMap, fallback: Span | None) -> list[Diagnostic]:
-    return _Checker(pipeline, source_map, fallback).run()
+def check(pipeline: Pipeline, source_map: SourceMap, fallback: Span | None,
+          data: dict[str, Any]) -> list[Diagnostic]:
+    """The language's own rules on a built model; ``data`` is what it was built from, for the
+    rules about what was written rather than what it means (``backoff_factor`` alone)."""
+    return _Checker(pipeline, source_map, fallback, data).run()

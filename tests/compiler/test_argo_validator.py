@@ -7,6 +7,7 @@ removed before the check (the strict CRD validator covers it).  Skips without Go
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def test_argo_validator_accepts_every_example_in_every_kind(tmp_path: Path) -> N
     for path in sorted((REPO / "examples").glob("*.pipe")):
         pipeline = load_path(path).pipeline
         assert pipeline is not None
-        pipeline = pipeline.model_copy(update={"schedules": pipeline.schedules or ("0 3 * * *",)})
+        pipeline = dataclasses.replace(pipeline, schedules=pipeline.schedules or ("0 3 * * *",))
         for kind in ("workflow", "template", "cron"):
             result = compile_pipeline(pipeline, CompileOptions(kind=kind))
             assert result.ok

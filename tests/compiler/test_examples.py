@@ -3,6 +3,7 @@ against Argo v4.1.2's strict CRD schema, and loads into hera without losing a kn
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def test_every_compiled_object_passes_the_strict_validator(path: Path, kind: str
     assert loaded.pipeline is not None
     pipeline = loaded.pipeline
     if kind == "cron" and not pipeline.schedules:
-        pipeline = pipeline.model_copy(update={"schedules": ("0 3 * * *",)})
+        pipeline = dataclasses.replace(pipeline, schedules=("0 3 * * *",))
     result = compile_pipeline(pipeline, CompileOptions(kind=kind))
     assert result.ok, render(result.diagnostics)
     for doc in result.documents:

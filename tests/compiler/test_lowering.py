@@ -352,13 +352,14 @@ def test_unknown_gpu_type_is_diagnosed() -> None:
 
 
 def test_resources_are_strings_in_kubernetes_units() -> None:
-    s = stage(resources=Resources(cpu=500, memory=64 * GI, ephemeral_storage=100 * GI))
+    # Model quantities are canonical: millicores and bytes.
+    s = stage(resources=Resources(cpu=500_000, memory=64 * GI, ephemeral_storage=100 * GI))
     res = templates(compiled(pipeline(s)))["train"]["container"]["resources"]
     assert res == {
         "requests": {"cpu": "500", "memory": "64Gi", "ephemeral-storage": "100Gi"},
         "limits": {"memory": "64Gi", "ephemeral-storage": "100Gi"},
     }
-    half = stage(resources=Resources(cpu="500m"))
+    half = stage(resources=Resources(cpu=500))
     assert templates(compiled(pipeline(half)))["train"]["container"]["resources"] == {
         "requests": {"cpu": "500m"}}
 

@@ -1,0 +1,296 @@
+"""Plain data -> model instances, by the types written on the model's dataclasses.
+
+The model is plain frozen dataclasses (see ``model``); this module reads their annotations and
+checks and converts the lowered data into them, collecting every problem with its location
+(``("stages", 2, "retry", "attempts")``, the same keys as the source map) instead of stopping
+at the first.  It understands exactly the annotations the model uses: ``str``, ``int`` and
+``bool`` (exact: ``True`` is not a count, ``"3"`` is not a number), ``float``, ``None``,
+``Literal``, unions (first matching member wins), ``tuple[X, ...]`` (from a list or tuple),
+``dict[str, X]``, nested model classes (from a dict, or an instance as it is), and ``Annotated``
+with the markers below.
+
+It is written here rather than taken from a validation library because building such a
+library's validators for the model cost more than half of a cold ``durapipe check``
+(docs/performance.md); checking a pipeline's data is a small, closed job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Union
+
+Loc = tuple[Union[str, int], ...]
+
+#: What kind of mistake a problem is; ``validate`` maps each to a diagnostic code.
+ProblemKind = Literal["missing", "unknown", "type", "range", "choice", "convert"]
+
+
+class Problem(NamedTuple):
+    """One mistake in the data: where, what kind, a lower-case message, the offending value."""
+
+    loc: Loc
+    kind: ProblemKind
+    message: str
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Convert:
+    """Marker: turn the raw value into the annotated type first (unit literals).
+
+    ``parse`` raises ``ValueError`` with a user-facing message for a value it cannot read.
+    """
+
+    parse: Callable[[object], object]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Marker: numeric bounds, checked after conversion."""
+
+    ge: int | None = None
+    gt: int | None = None
+    le: int | None = None
+
+
+@dataclass(frozen=True)
+class MinItems:
+    """Marker: a list must have at least this many items."""
+
+    count: int
+
+
+#: A checker validates one value at ``loc``: it returns the converted value, or appends to
+#: ``problems`` (and its return value is then meaningless).
+Checker = Callable[[object, Loc, list[Problem]], object]
+
+_checkers: dict[object, Checker] = {}
+
+
+def build(cls: type[Any], data: object) -> tuple[Any, list[Problem]]:
+    """An instance of the model class ``cls`` from ``data``, or ``None`` and every problem."""
+    problems: list[Problem] = []
+    value = checker_for(cls)(data, (), problems)
+    return (None, problems) if problems else (value, [])
+
+
+def checker_for(annotation: object) -> Checker:
+    """The (cached) checker for a type annotation."""
+    found = _checkers.get(annotation)
+    if found is None:
+        found = _make_checker(annotation)
+        _checkers[annotation] = found
+    return found
+
+
+def _make_checker(annotation: object) -> Checker:
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return _record_checker(annotation)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _annotated_checker(checker_for(args[0]), args[1:])
+    if origin is Literal:
+        return _literal_checker(args)
+    if origin is Union or origin is types.UnionType:
+        return _union_checker(args)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _tuple_checker(checker_for(args[0]))
+    if origin is dict and args and args[0] is str:
+        return _dict_checker(checker_for(args[1]))
+    if annotation in _SCALARS:
+        return _SCALARS[annotation]
+    raise TypeError(f"typecheck does not support the annotation {annotation!r}")
+
+
+def _scalar(accepts: Callable[[object], bool], message: str) -> Checker:
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        if not accepts(value):
+            problems.append(Problem(loc, "type", message, value))
+        return value
+
+    return check
+
+
+def _check_float(value: object, loc: Loc, problems: list[Problem]) -> object:
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    problems.append(Problem(loc, "type", "input should be a valid number", value))
+    return value
+
+
+_SCALARS: dict[object, Checker] = {
+    str: _scalar(lambda v: isinstance(v, str), "input should be a valid string"),
+    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool),
+                 "input should be a valid integer"),
+    bool: _scalar(lambda v: isinstance(v, bool), "input should be a valid boolean"),
+    float: _check_float,
+    type(None): _scalar(lambda v: v is None, "input should be none"),
+}
+
+
+def _literal_checker(choices: tuple[object, ...]) -> Checker:
+    shown = [repr(c) for c in choices]
+    message = "input should be " + (
+        shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1])
+
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        # Compare type too: `True == 1`, but `true` is not the choice `1`.
+        if not any(value == c and type(value) is type(c) for c in choices):
+            problems.append(Problem(loc, "choice", message, value))
+        return value
+
+    return check
+
+
+def _union_checker(members: tuple[object, ...]) -> Checker:
+    nullable = type(None) in members
+    checkers = [checker_for(m) for m in members if m is not type(None)]
+
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        if value is None and nullable:
+            return None
+        first: list[Problem] | None = None
+        for member in checkers:
+            tried: list[Problem] = []
+            result = member(value, loc, tried)
+            if not tried:
+                return result
+            if first is None:
+                first = tried
+        # The first member's complaint: the most general type comes first in the model.
+        problems.extend(first or ())
+        return value
+
+    return check
+
+
+def _tuple_checker(item: Checker) -> Checker:
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        if not isinstance(value, (list, tuple)):
+            problems.append(Problem(loc, "type", "input should be a list", value))
+            return value
+        return tuple(item(v, (*loc, i), problems) for i, v in enumerate(value))
+
+    return check
+
+
+def _dict_checker(item: Checker) -> Checker:
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        if not isinstance(value, dict):
+            problems.append(Problem(loc, "type", "input should be a block", value))
+            return value
+        out: dict[str, object] = {}
+        for key, v in value.items():
+            if not isinstance(key, str):
+                problems.append(Problem((*loc, str(key)), "type",
+                                        "keys should be strings", key))
+                continue
+            out[key] = item(v, (*loc, key), problems)
+        return out
+
+    return check
+
+
+def _annotated_checker(inner: Checker, markers: tuple[object, ...]) -> Checker:
+    converts = [m for m in markers if isinstance(m, Convert)]
+    bounds = [m for m in markers if isinstance(m, Bounds)]
+    min_items = [m for m in markers if isinstance(m, MinItems)]
+
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        for convert in converts:
+            try:
+                value = convert.parse(value)
+            except ValueError as exc:
+                problems.append(Problem(loc, "convert", str(exc), value))
+                return value
+        before = len(problems)
+        value = inner(value, loc, problems)
+        if len(problems) > before:
+            return value
+        for bound in bounds:
+            _check_bounds(bound, value, loc, problems)
+        for minimum in min_items:
+            if isinstance(value, tuple) and len(value) < minimum.count:
+                problems.append(Problem(
+                    loc, "range", f"list should have at least {minimum.count} "
+                    f"item{'s' if minimum.count != 1 else ''}, not {len(value)}", value))
+        return value
+
+    return check
+
+
+def _check_bounds(bound: Bounds, value: object, loc: Loc, problems: list[Problem]) -> None:
+    if not isinstance(value, (int, float)):
+        return
+    if bound.ge is not None and value < bound.ge:
+        message = f"input should be greater than or equal to {bound.ge}"
+    elif bound.gt is not None and value <= bound.gt:
+        message = f"input should be greater than {bound.gt}"
+    elif bound.le is not None and value > bound.le:
+        message = f"input should be less than or equal to {bound.le}"
+    else:
+        return
+    problems.append(Problem(loc, "range", message, value))
+
+
+class _Field(NamedTuple):
+    name: str
+    check: Checker
+    #: A zero-argument factory of the default; ``None`` when the field is required.
+    default: Callable[[], object] | None
+
+
+def _record_checker(cls: type[Any]) -> Checker:
+    fields: list[_Field] | None = None
+    known: frozenset[str] = frozenset()
+    #: How a value of this class is called in messages (``a block`` unless the class says).
+    phrase = getattr(cls, "described_as", "a block")
+
+    def resolve() -> list[_Field]:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        out = []
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                default: Callable[[], object] | None = (lambda d=f.default: d)
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory
+            else:
+                default = None
+            out.append(_Field(f.name, checker_for(hints[f.name]), default))
+        return out
+
+    def check(value: object, loc: Loc, problems: list[Problem]) -> object:
+        nonlocal fields, known
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, dict):
+            problems.append(Problem(loc, "type", f"input should be {phrase}", value))
+            return value
+        if fields is None:
+            # Resolved on first use, not at import: most commands never build most classes.
+            fields = resolve()
+            known = frozenset(f.name for f in fields)
+        before = len(problems)
+        kwargs: dict[str, object] = {}
+        for name, field_check, default in fields:
+            if name in value:
+                kwargs[name] = field_check(value[name], (*loc, name), problems)
+            elif default is None:
+                problems.append(Problem((*loc, name), "missing", "field required"))
+            else:
+                kwargs[name] = default()
+        for key in value:
+            if key not in known:
+                problems.append(Problem((*loc, str(key)), "unknown", "unknown field", value[key]))
+        if len(problems) > before:
+            return value
+        return cls(**kwargs)
+
+    return check
