@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import ensure_bytecode
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     py = sys.executable
+    ensure_bytecode()
     hera = cold([py, "-c", "import hera.workflows"], args.repeat)
     print(f"python -c 'import hera.workflows' (cold, median of {args.repeat}): {hera:.3f} s")
     for example in sorted((ROOT / "examples").glob("*.pipe")):

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from timing import ensure_bytecode
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "prep_train_eval.pipe"
 
@@ -53,6 +55,7 @@ def main() -> int:
                         help="also run the strict CRD validator (tests/argo_schema) on every object")
     args = parser.parse_args()
 
+    ensure_bytecode()
     compile_cmd = [sys.executable, "-m", "durapipe", "compile", str(EXAMPLE)]
     hera_cmd = [sys.executable, "-c", "import hera.workflows"]
     wall(compile_cmd)  # warm the OS file cache and __pycache__ for both sides

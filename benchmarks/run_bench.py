@@ -19,6 +19,7 @@ from pathlib import Path
 
 from durapipe.dsl import loads
 from durapipe.runner.engine import Runner, RunOptions
+from timing import ensure_bytecode
 
 
 def chain(n: int) -> str:
@@ -50,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", type=int, default=20)
     args = parser.parse_args()
+    ensure_bytecode()
     true = shutil.which("true") or "true"
     start = time.perf_counter()
     for _ in range(args.stages):

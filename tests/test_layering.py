@@ -44,3 +44,27 @@ def test_compiler_reads_only_the_runtime_contract() -> None:
     runtime_parts = {m.split(".")[2] for m in _imports("compiler")
                      if m.startswith("durapipe.runtime.")}
     assert runtime_parts <= {"contract", "cachekey"}
+
+
+def _modules_loaded_by(*argv: str) -> set[str]:
+    """The top-level packages a fresh ``durapipe ARGV`` process has imported when it ends."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, durapipe.cli\n"
+             "code = durapipe.cli.main(sys.argv[1:])\n"
+             "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+             "raise SystemExit(code)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
+                          text=True, check=True, cwd=PACKAGE.parent)
+    return set(done.stdout.split("\n")[-2].split())
+
+
+def test_check_and_compile_import_no_validation_library_and_not_hera() -> None:
+    """Their cold start is a target (issues 2 and 3): pydantic's class building alone cost
+    more than the whole budget's margin, and hera is a comparison, not a dependency."""
+    for argv in (("check", "examples/prep_train_eval.pipe"),
+                 ("compile", "examples/prep_train_eval.pipe", "-o", "/dev/null")):
+        loaded = _modules_loaded_by(*argv)
+        assert "durapipe" in loaded and "lark" in loaded
+        assert not loaded & {"pydantic", "pydantic_core", "hera", "yaml"}, argv
