@@ -17,9 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import ensure_bytecode
+
 from durapipe.dsl import loads
 from durapipe.runner.engine import Runner, RunOptions
-from timing import ensure_bytecode
 
 
 def chain(n: int) -> str:

@@ -31,9 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from timing import timed
+
 from durapipe.runtime.checkpoint import Checkpoint
 from durapipe.runtime.store import LocalStore
-from timing import timed
 
 SHARD_MIB = 32
 RESULTS: list[tuple[str, float, str, bool]] = []

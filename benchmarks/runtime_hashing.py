@@ -13,8 +13,9 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from durapipe.runtime.hashing import hash_bytes, hash_file
 from timing import best_of
+
+from durapipe.runtime.hashing import hash_bytes, hash_file
 
 
 def main() -> int:

@@ -19,8 +19,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from durapipe.runtime.checkpoint import Checkpoint
 from timing import best_of
+
+from durapipe.runtime.checkpoint import Checkpoint
 
 
 def make_fp32_shards(root: Path, total_mib: int, shard_mib: int = 32) -> None:

@@ -10,7 +10,7 @@ import pytest
 from durapipe.dsl import loads, render
 
 ROOT = Path(__file__).resolve().parents[1]
-_BLOCK_RE = re.compile(r"```hcl\n(.*?)```", re.S)
+_BLOCK_RE = re.compile(r"```hcl\n(.*?)```", re.DOTALL)
 
 
 def _complete_pipelines() -> list[tuple[str, str]]:

@@ -152,9 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if diagnostics:
         text = _render(diagnostics, args.format)
-        if args.format == "json":
-            print(text, file=sys.stderr)
-        elif text:
+        if args.format == "json" or text:
             print(text, file=sys.stderr)
     if failed:
         return 1

@@ -14,23 +14,23 @@ from __future__ import annotations
 from typing import Any
 
 from durapipe.compiler.lower import (
+    ZIPAPP,
     Context,
     LoweredStage,
     StageIO,
     Variant,
+    cache_static,
     contract_env,
     fill_main_container,
     grace_seconds,
     init_container,
+    is_on,
     memoize,
-    cache_static,
     render_text,
     scheduling,
     stage_metadata,
-    is_on,
     user_env,
     volumes,
-    ZIPAPP,
 )
 from durapipe.compiler.serialize import dump_document
 from durapipe.dsl.model import Stage

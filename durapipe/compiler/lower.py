@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from durapipe.compiler import memo, naming, retry as retry_rules
+from durapipe.compiler import memo, naming
+from durapipe.compiler import retry as retry_rules
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP, CompileOptions
 from durapipe.dsl import catalog, units
 from durapipe.dsl.diagnostics import Diagnostic, Label, Severity

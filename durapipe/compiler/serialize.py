@@ -71,7 +71,7 @@ def _literal_ok(text: str) -> bool:
 
 
 def _block(text: str, indent: str) -> str:
-    body = text[:-1] if text.endswith("\n") else text
+    body = text.removesuffix("\n")
     chomp = "" if text.endswith("\n") and not text.endswith("\n\n") else "-"
     if text.endswith("\n\n"):
         chomp = "+"

@@ -11,21 +11,21 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
 from durapipe.dsl.model import Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, SourceMap, Span
 
-Loc = tuple[Union[str, int], ...]
+Loc = tuple[str | int, ...]
 
 
 @dataclass(frozen=True)
 class Attr:
     """An attribute; ``convert`` adapts the plain value before the model sees it."""
 
-    convert: Callable[[Any, st.Value, "Lowering", Loc], Any] | None = None
+    convert: Callable[[Any, st.Value, Lowering, Loc], Any] | None = None
     #: The field name in the model, when it differs from the attribute name.
     target: tuple[str, ...] | None = None
 

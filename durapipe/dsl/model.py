@@ -61,7 +61,7 @@ class Ref:
 class Interp:
     """A string with ``${...}`` interpolations: literal text and references, in order."""
 
-    parts: tuple[Union[str, Ref], ...]
+    parts: tuple[str | Ref, ...]
 
     def __str__(self) -> str:
         return "".join(p if isinstance(p, str) else "${" + str(p) + "}" for p in self.parts)

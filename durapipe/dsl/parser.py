@@ -368,7 +368,7 @@ def _precheck(source: Source) -> Diagnostic | None:
         if tag is not None:
             # Heredoc bodies are verbatim text (shell scripts): their braces do not nest.
             end = None if tag in unclosed_tags else re.compile(
-                rf"^[ \t]*{tag}(?![A-Za-z0-9_])", re.M).search(text, pos)
+                rf"^[ \t]*{tag}(?![A-Za-z0-9_])", re.MULTILINE).search(text, pos)
             if end is None:
                 unclosed_tags.add(tag)  # the parser reports it; searching again is quadratic
             else:
@@ -776,8 +776,7 @@ class _TreeBuilder:
         close = tokens[-1] if len(tokens) > 1 else None
         end = (close.end_pos if close is not None and close.end_pos is not None
                else self._extent(body)[1])
-        if end < name_span.end:
-            end = name_span.end
+        end = max(end, name_span.end)
         block = st.Block(self.span(name_span.start, end), name, name_span,
                          self.tok_span(open_tok), quoted_key=quoted)
         for member in body.children:

@@ -22,7 +22,7 @@ class Comment:
 class StrValue:
     span: Span
     #: Literal text and dotted references (``${a.b}``), in order.
-    parts: list[Union[str, "RefValue"]]
+    parts: list[str | RefValue]
     heredoc: bool = False
     #: For heredocs: the tag and whether it was the indented ``<<-`` form (kept by ``fmt``).
     tag: str = ""

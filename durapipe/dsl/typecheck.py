@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Union
 
-Loc = tuple[Union[str, int], ...]
+Loc = tuple[str | int, ...]
 
 #: What kind of mistake a problem is; ``validate`` maps each to a diagnostic code.
 ProblemKind = Literal["missing", "unknown", "type", "range", "choice", "convert"]

@@ -31,7 +31,12 @@ from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.runner import policy
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
-    AttemptRecord, RunRecord, StageRecord, load_run, runs_dir, write_json_atomic,
+    AttemptRecord,
+    RunRecord,
+    StageRecord,
+    load_run,
+    runs_dir,
+    write_json_atomic,
 )
 from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import decode_manifest, list_commits, manifest_key

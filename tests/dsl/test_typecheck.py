@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal
 
 import pytest
 
@@ -38,8 +38,8 @@ class Record:
     items: Annotated[tuple[str, ...], MinItems(1)] = ("x",)
     labels: dict[str, str] = field(default_factory=dict)
     leaf: Leaf | None = None
-    either: Union[str, Leaf] = ""
-    maybe: Optional[int] = None
+    either: str | Leaf = ""
+    maybe: int | None = None
 
 
 def problems(data: object) -> list[tuple[tuple[object, ...], str, str]]:
