@@ -36,6 +36,8 @@ class Problem(NamedTuple):
     kind: ProblemKind
     message: str
     value: object = None
+    #: For a ``choice`` problem: the values allowed.
+    choices: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,42 @@ def _make_checker(annotation: object) -> Checker:
     raise TypeError(f"typecheck does not support the annotation {annotation!r}")
 
 
-def _scalar(accepts: Callable[[object], bool], message: str) -> Checker:
+def shown(value: object) -> str:
+    """A value as a message names it, in the ``.pipe`` language's terms."""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {quoted(value)}" if len(value) <= 40 else "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "a block"
+    if value is None:
+        return "nothing"
+    if type(value).__str__ is not object.__str__:
+        return f"`{value}`"  # a model value that prints as it is written (a reference)
+    return str(getattr(type(value), "described_as", "a " + type(value).__name__))
+
+
+def quoted(text: str) -> str:
+    """``text`` as a ``.pipe`` string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _scalar(accepts: Callable[[object], bool], expected: str) -> Checker:
     def check(value: object, loc: Loc, problems: list[Problem]) -> object:
         if not accepts(value):
-            problems.append(Problem(loc, "type", message, value))
+            problems.append(_wrong_type(loc, expected, value))
         return value
 
     return check
+
+
+def _wrong_type(loc: Loc, expected: str, value: object) -> Problem:
+    return Problem(loc, "type", f"expected {expected}, got {shown(value)}", value)
 
 
 def _check_float(value: object, loc: Loc, problems: list[Problem]) -> object:
@@ -121,29 +152,29 @@ def _check_float(value: object, loc: Loc, problems: list[Problem]) -> object:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    problems.append(Problem(loc, "type", "input should be a valid number", value))
+    problems.append(_wrong_type(loc, "a number", value))
     return value
 
 
 _SCALARS: dict[object, Checker] = {
-    str: _scalar(lambda v: isinstance(v, str), "input should be a valid string"),
-    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool),
-                 "input should be a valid integer"),
-    bool: _scalar(lambda v: isinstance(v, bool), "input should be a valid boolean"),
+    str: _scalar(lambda v: isinstance(v, str), "a string"),
+    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    bool: _scalar(lambda v: isinstance(v, bool), "`true` or `false`"),
     float: _check_float,
-    type(None): _scalar(lambda v: v is None, "input should be none"),
+    type(None): _scalar(lambda v: v is None, "nothing"),
 }
 
 
 def _literal_checker(choices: tuple[object, ...]) -> Checker:
-    shown = [repr(c) for c in choices]
-    message = "input should be " + (
-        shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1])
+    shown_choices = [quoted(c) if isinstance(c, str) else str(c) for c in choices]
+    expected = shown_choices[0] if len(choices) == 1 else (
+        "one of " + ", ".join(shown_choices[:-1]) + " or " + shown_choices[-1])
 
     def check(value: object, loc: Loc, problems: list[Problem]) -> object:
         # Compare type too: `True == 1`, but `true` is not the choice `1`.
         if not any(value == c and type(value) is type(c) for c in choices):
-            problems.append(Problem(loc, "choice", message, value))
+            problems.append(Problem(loc, "choice", f"expected {expected}, got {shown(value)}",
+                                    value, choices))
         return value
 
     return check
@@ -174,7 +205,7 @@ def _union_checker(members: tuple[object, ...]) -> Checker:
 def _tuple_checker(item: Checker) -> Checker:
     def check(value: object, loc: Loc, problems: list[Problem]) -> object:
         if not isinstance(value, (list, tuple)):
-            problems.append(Problem(loc, "type", "input should be a list", value))
+            problems.append(_wrong_type(loc, "a list", value))
             return value
         return tuple(item(v, (*loc, i), problems) for i, v in enumerate(value))
 
@@ -184,13 +215,12 @@ def _tuple_checker(item: Checker) -> Checker:
 def _dict_checker(item: Checker) -> Checker:
     def check(value: object, loc: Loc, problems: list[Problem]) -> object:
         if not isinstance(value, dict):
-            problems.append(Problem(loc, "type", "input should be a block", value))
+            problems.append(_wrong_type(loc, "a block", value))
             return value
         out: dict[str, object] = {}
         for key, v in value.items():
             if not isinstance(key, str):
-                problems.append(Problem((*loc, str(key)), "type",
-                                        "keys should be strings", key))
+                problems.append(_wrong_type((*loc, str(key)), "a string as the key", key))
                 continue
             out[key] = item(v, (*loc, key), problems)
         return out
@@ -218,9 +248,9 @@ def _annotated_checker(inner: Checker, markers: tuple[object, ...]) -> Checker:
             _check_bounds(bound, value, loc, problems)
         for minimum in min_items:
             if isinstance(value, tuple) and len(value) < minimum.count:
+                items = f"{minimum.count} item{'s' if minimum.count != 1 else ''}"
                 problems.append(Problem(
-                    loc, "range", f"list should have at least {minimum.count} "
-                    f"item{'s' if minimum.count != 1 else ''}, not {len(value)}", value))
+                    loc, "range", f"must list at least {items}, got {shown(value)}", value))
         return value
 
     return check
@@ -230,14 +260,14 @@ def _check_bounds(bound: Bounds, value: object, loc: Loc, problems: list[Problem
     if not isinstance(value, (int, float)):
         return
     if bound.ge is not None and value < bound.ge:
-        message = f"input should be greater than or equal to {bound.ge}"
+        limit = f"at least {bound.ge}"
     elif bound.gt is not None and value <= bound.gt:
-        message = f"input should be greater than {bound.gt}"
+        limit = f"more than {bound.gt}"
     elif bound.le is not None and value > bound.le:
-        message = f"input should be less than or equal to {bound.le}"
+        limit = f"at most {bound.le}"
     else:
         return
-    problems.append(Problem(loc, "range", message, value))
+    problems.append(Problem(loc, "range", f"must be {limit}, got {value}", value))
 
 
 class _Field(NamedTuple):
@@ -271,7 +301,7 @@ def _record_checker(cls: type[Any]) -> Checker:
         if isinstance(value, cls):
             return value
         if not isinstance(value, dict):
-            problems.append(Problem(loc, "type", f"input should be {phrase}", value))
+            problems.append(_wrong_type(loc, phrase, value))
             return value
         if fields is None:
             # Resolved on first use, not at import: most commands never build most classes.

@@ -102,12 +102,16 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
             elif kind == "convert":
                 code, message = "P0205", f"`{field}`: {problem.message}"
             elif kind == "range":
-                code, message = "P0204", f"`{field}` is out of range: {problem.message}"
+                code, message = "P0204", f"`{field}` {problem.message}"
             elif kind == "choice":
                 code, message = "P0206", f"`{field}`: {problem.message}"
             else:
                 code, message = "P0203", f"`{field}` has the wrong type: {problem.message}"
-            diag = error(code, message, span, "invalid value")
+            hint = None
+            if kind == "choice" and isinstance(problem.value, str):
+                hint = did_you_mean(problem.value, [c for c in problem.choices
+                                                    if isinstance(c, str)])
+            diag = error(code, message, span, "invalid value", help=hint)
             key = (span.sort_key() if span else loc,)
         if key not in seen:
             seen.add(key)

@@ -74,9 +74,9 @@ def test_missing_and_unknown_fields() -> None:
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    (True, "input should be a valid integer"),  # a boolean is not a count
-    ("3", "input should be a valid integer"),  # nor is a string of digits
-    (2.0, "input should be a valid integer"),
+    (True, "expected a whole number, got `true`"),  # a boolean is not a count
+    ("3", 'expected a whole number, got the string "3"'),  # nor is a string of digits
+    (2.0, "expected a whole number, got the number 2.0"),
 ])
 def test_counts_are_exactly_integers(value: object, message: str) -> None:
     assert problems({"name": "n", "count": value}) == [(("count",), "type", message)]
@@ -84,16 +84,16 @@ def test_counts_are_exactly_integers(value: object, message: str) -> None:
 
 def test_flags_are_exactly_booleans_and_strings_exactly_strings() -> None:
     assert problems({"name": 1, "flag": 1}) == [
-        (("name",), "type", "input should be a valid string"),
-        (("flag",), "type", "input should be a valid boolean"),
+        (("name",), "type", "expected a string, got the number 1"),
+        (("flag",), "type", "expected `true` or `false`, got the number 1"),
     ]
 
 
 @pytest.mark.parametrize(("field_name", "value", "message"), [
-    ("count", 0, "input should be greater than or equal to 1"),
-    ("count", 11, "input should be less than or equal to 10"),
-    ("size", 0, "input should be greater than 0"),
-    ("items", [], "list should have at least 1 item, not 0"),
+    ("count", 0, "must be at least 1, got 0"),
+    ("count", 11, "must be at most 10, got 11"),
+    ("size", 0, "must be more than 0, got 0"),
+    ("items", [], "must list at least 1 item, got an empty list"),
 ])
 def test_bounds(field_name: str, value: object, message: str) -> None:
     assert problems({"name": "n", field_name: value}) == [((field_name,), "range", message)]
@@ -101,10 +101,10 @@ def test_bounds(field_name: str, value: object, message: str) -> None:
 
 def test_choices_compare_type_as_well_as_value() -> None:
     assert problems({"name": "n", "mode": "d"}) == [
-        (("mode",), "choice", "input should be 'a', 'b' or 'c'")]
+        (("mode",), "choice", 'expected one of "a", "b" or "c", got the string "d"')]
     # `True == 1` in Python, but `true` is not the choice `1`.
     assert problems({"name": "n", "level": True}) == [
-        (("level",), "choice", "input should be 1 or 2")]
+        (("level",), "choice", "expected one of 1 or 2, got `true`")]
     assert problems({"name": "n", "level": 2}) == []
 
 
@@ -117,36 +117,42 @@ def test_conversion_runs_first_and_reports_its_own_message() -> None:
 def test_containers_report_each_bad_item_at_its_own_location() -> None:
     assert problems({"name": "n", "items": ["a", 2, "c", None],
                      "labels": {"k": 1, "ok": "v"}}) == [
-        (("items", 1), "type", "input should be a valid string"),
-        (("items", 3), "type", "input should be a valid string"),
-        (("labels", "k"), "type", "input should be a valid string"),
+        (("items", 1), "type", "expected a string, got the number 2"),
+        (("items", 3), "type", "expected a string, got nothing"),
+        (("labels", "k"), "type", "expected a string, got the number 1"),
     ]
     assert problems({"name": "n", "items": "a", "labels": ["k"]}) == [
-        (("items",), "type", "input should be a list"),
-        (("labels",), "type", "input should be a block"),
+        (("items",), "type", 'expected a list, got the string "a"'),
+        (("labels",), "type", "expected a block, got a list"),
     ]
 
 
 def test_nested_blocks_have_nested_locations_and_their_own_phrase() -> None:
     assert problems({"name": "n", "leaf": {"tag": 1, "x": 2}}) == [
-        (("leaf", "tag"), "type", "input should be a valid string"),
+        (("leaf", "tag"), "type", "expected a string, got the number 1"),
         (("leaf", "x"), "unknown", "unknown field"),
     ]
     assert problems({"name": "n", "leaf": "t"}) == [
-        (("leaf",), "type", "input should be a leaf block")]
+        (("leaf",), "type", 'expected a leaf block, got the string "t"')]
 
 
 def test_a_union_takes_the_first_member_that_accepts_and_reports_the_first_complaint() -> None:
     built, _ = typecheck.build(Record, {"name": "n", "either": "s"})
     assert built.either == "s"
     assert problems({"name": "n", "either": 5}) == [
-        (("either",), "type", "input should be a valid string")]
+        (("either",), "type", "expected a string, got the number 5")]
+
+
+def test_values_are_shown_in_the_language_s_terms() -> None:
+    assert typecheck.shown("x" * 41) == "a string"
+    assert typecheck.quoted('say "hi"\n') == '"say \\"hi\\"\\n"'
+    assert typecheck.shown(model.Secret(name="n", key="k")) == 'a `secret("name", "key")` call'
 
 
 def test_problems_carry_the_offending_value() -> None:
     ref = model.Ref(path=("params", "x"))
     _, found = typecheck.build(Record, {"name": ref})
-    assert found == [Problem(("name",), "type", "input should be a valid string", ref)]
+    assert found == [Problem(("name",), "type", "expected a string, got `params.x`", ref)]
 
 
 def test_an_unsupported_annotation_is_a_programming_error() -> None:
