@@ -76,6 +76,9 @@ otherwise silently win."""),
     Code("P0110", "invalid escape sequence in a string", """
 Strings support the escapes \\\\ \\" \\n \\t \\r and \\uXXXX.  Any other backslash sequence is an
 error, so that a Windows path or a regex is not silently changed."""),
+    Code("P0111", "number too large", """
+A number literal is beyond what a 64-bit float can hold (`1e309`), so it would read as infinity.
+Write the value you mean; sizes and durations take units (`1Ti`, `7d`)."""),
     # -- schema ---------------------------------------------------------------------------
     Code("P0201", "unknown attribute or block", """
 The name is not part of the language at this place.  The hint suggests the closest known name;

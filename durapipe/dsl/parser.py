@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import os
 import re
@@ -846,6 +847,11 @@ class _TreeBuilder:
         if kind == "number":
             raw = str(first)
             number: int | float = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            if number in (math.inf, -math.inf):
+                self.state.diagnostics.append(error(
+                    "P0111", f"the number `{raw}` is too large", span, "reads as infinity",
+                    help="write the value you mean; sizes and durations take units (1Ti, 7d)"))
+                number = 0
             return st.NumberValue(span, number, raw)
         if kind == "unit":
             return st.UnitValue(span, str(first))

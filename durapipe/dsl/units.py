@@ -8,6 +8,7 @@ to the builder) into one canonical integer, so that ``memory = 256Gi`` and
 
 from __future__ import annotations
 
+import math
 import re
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -77,6 +78,8 @@ def parse_millicpu(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a CPU count such as 8 or 0.5, not a boolean")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise UnitError(f"{value!r} is not a CPU amount; write cores (8, 0.5) or \"500m\"")
         milli = round(value * 1000)
     elif isinstance(value, str) and re.fullmatch(r"\d+m", value.strip()):
         milli = int(value.strip()[:-1])

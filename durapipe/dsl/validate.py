@@ -8,6 +8,7 @@ at the first.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -256,10 +257,15 @@ class _Checker:
             ok = {
                 "str": isinstance(default, str),
                 "int": isinstance(default, int) and not isinstance(default, bool),
-                "float": isinstance(default, (int, float)) and not isinstance(default, bool),
+                # NaN and infinity cannot be written in a .pipe file; the builder keeps to it.
+                "float": isinstance(default, (int, float)) and not isinstance(default, bool)
+                and math.isfinite(default),
                 "bool": isinstance(default, bool),
             }[param.type]
-            if not ok:
+            if not ok and isinstance(default, float) and param.type == "float":
+                self.add(error("P0307", f"default of `{param.name}` is not a finite number",
+                               self.at("params", i, "default"), "NaN or infinity"))
+            elif not ok:
                 self.add(error("P0307", f"default of `{param.name}` is not {_article(param.type)}",
                                self.at("params", i, "default"), f"expected {_article(param.type)}"))
 

@@ -48,3 +48,17 @@ def test_fstring_interpolation_of_params_matches_the_text_form() -> None:
     stage = p.build().stages[0]
     assert str(stage.command[1]) == "--lr=${params.lr}"  # type: ignore[index]
     assert stage.command[2] == "${HOME}"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_numbers_are_mistakes_not_crashes(value: float) -> None:
+    """A .pipe file cannot write NaN or infinity; the builder reports them like any mistake."""
+    p = Pipeline("demo")
+    lr = p.param("lr", float, default=value)
+    p.stage("train", image="x", command=["true", f"--lr={lr}"], resources=Resources(cpu=value))
+    with pytest.raises(PipelineError) as info:
+        p.build()
+    assert [(d.code, d.message) for d in info.value.diagnostics] == [
+        ("P0307", "default of `lr` is not a finite number"),
+        ("P0205", f"`cpu`: {value!r} is not a CPU amount; write cores (8, 0.5) or \"500m\""),
+    ]
