@@ -116,20 +116,24 @@ class Param:
 
 # -- stage settings ---------------------------------------------------------------------------
 
+#: GPUs for one pod, so on one node: the largest nodes have 8 or 16 (more with time-slicing);
+#: the bound catches a typo before the cluster does.
+GpuCount = Annotated[int, Bounds(ge=1, le=1024)]
+
 
 @dataclass(frozen=True, kw_only=True)
 class GpuChoice:
     """One GPU type in the fallback order, with the count to request on it."""
 
     type: str
-    count: Annotated[int, Bounds(ge=1)]
+    count: GpuCount
 
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu:
     """GPU request: a count and an ordered list of acceptable types."""
 
-    count: Annotated[int, Bounds(ge=1)] = 1
+    count: GpuCount = 1
     #: In order of preference.  Entries may override the count (``"A100:16"``).
     types: tuple[GpuChoice, ...] = ()
     #: Longest time to wait for capacity of one type before falling back to the next.

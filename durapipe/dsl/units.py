@@ -26,8 +26,24 @@ class UnitError(ValueError):
     """A literal that is not a valid quantity for the field; the message is user-facing."""
 
 
+#: Kubernetes quantities hold at most 2^63 - 1 (8Ei of memory); Argo reads durations with Go's
+#: ``time.ParseDuration``, whose nanoseconds stop at 2^63 - 1 (about 292 years).
+MAX_QUANTITY = 2**63 - 1
+MAX_SECONDS = MAX_QUANTITY // 10**9
+
+
+def _at_most(amount: int, limit: int, too_large: str) -> int:
+    if amount > limit:
+        raise UnitError(too_large)
+    return amount
+
+
 def parse_bytes(value: object) -> int:
     """Bytes from ``256Gi``, ``1.5Gi``, ``500M``, a plain integer, or its string."""
+    return _at_most(_bytes(value), MAX_QUANTITY, "a memory size must be less than 8Ei")
+
+
+def _bytes(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a memory size such as 16Gi, not a boolean")
     if isinstance(value, int):
@@ -75,6 +91,11 @@ def parse_millicpu(value: object) -> int:
     A bare unit literal ``500m`` would read as 500 minutes in a duration field, so CPU takes
     plain numbers or the quoted Kubernetes form.
     """
+    return _at_most(_millicpu(value), MAX_QUANTITY,
+                    f"a CPU amount must be at most {MAX_QUANTITY // 1000} cores")
+
+
+def _millicpu(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a CPU count such as 8 or 0.5, not a boolean")
     if isinstance(value, (int, float)):
@@ -99,6 +120,11 @@ def format_millicpu(milli: int) -> str:
 
 def parse_seconds(value: object) -> int:
     """Seconds from ``30s``, ``30m``, ``12h``, ``7d``, ``1h30m`` or a plain integer."""
+    return _at_most(_seconds(value), MAX_SECONDS,
+                    "a duration can be at most 106751d (about 292 years)")
+
+
+def _seconds(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a duration such as 30m, not a boolean")
     if isinstance(value, int):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from durapipe.dsl import units
@@ -47,3 +49,26 @@ def test_format_seconds_never_emits_days() -> None:
 def test_parse_millicpu(value: object, milli: int) -> None:
     assert units.parse_millicpu(value) == milli
     assert units.parse_millicpu(units.format_millicpu(milli)) == milli
+
+
+@pytest.mark.parametrize(("parse", "largest", "too_large", "message"), [
+    (units.parse_bytes, "7Ei", "8Ei", "a memory size must be less than 8Ei"),
+    (units.parse_bytes, 2**63 - 1, 2**63, "a memory size must be less than 8Ei"),
+    (units.parse_millicpu, 9223372036854775, 9223372036854776,
+     "a CPU amount must be at most 9223372036854775 cores"),
+    (units.parse_seconds, "106751d", "106752d",
+     "a duration can be at most 106751d (about 292 years)"),
+])
+def test_amounts_stop_where_kubernetes_and_go_stop(
+        parse: object, largest: object, too_large: object, message: str) -> None:
+    """Kubernetes quantities are at most 2^63 - 1; Argo parses durations as Go's int64 ns."""
+    assert callable(parse)
+    parse(largest)
+    with pytest.raises(units.UnitError, match=re.escape(message)):
+        parse(too_large)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_cpu_rejects_non_finite_numbers(bad: float) -> None:
+    with pytest.raises(units.UnitError, match="is not a CPU amount"):
+        units.parse_millicpu(bad)
