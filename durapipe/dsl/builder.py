@@ -263,7 +263,8 @@ class _Converter:
                 loc: tuple[Any, ...], site: _CallSite, where: str,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, value in attributes.items():
+        for key, value in attributes.items():
+            name = str(key)  # a dict given for a block may have any keys
             kind = schema.get(name)
             if kind is None or name in forbidden:
                 if name in forbidden:

@@ -8,7 +8,6 @@ problem locations are mapped back to spans through the source map.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,10 +262,22 @@ def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None
     target[path[-1]] = value
 
 
+def copy_containers(value: Any) -> Any:
+    """A copy of the dicts and lists of lowered data; the values inside are shared.
+
+    Not ``copy.deepcopy``: the values are immutable or, from the builder, anything at all (a
+    generator passed by mistake cannot be copied, and must still get its diagnostic)."""
+    if isinstance(value, dict):
+        return {k: copy_containers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_containers(v) for v in value]
+    return value
+
+
 def merge_defaults(defaults: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
     """The one merge rule: blocks and maps merge key by key, recursively; any other value
     (scalar or list) set in the stage replaces the default."""
-    merged = copy.deepcopy(defaults)
+    merged: dict[str, Any] = copy_containers(defaults)
     for key, value in stage.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = merge_defaults(merged[key], value)

@@ -123,9 +123,11 @@ def shown(value: object) -> str:
         return "a block"
     if value is None:
         return "nothing"
-    if type(value).__str__ is not object.__str__:
-        return f"`{value}`"  # a model value that prints as it is written (a reference)
-    return str(getattr(type(value), "described_as", "a " + type(value).__name__))
+    if dataclasses.is_dataclass(value):  # a model value
+        if type(value).__str__ is not object.__str__:
+            return f"`{value}`"  # it prints as it is written (a reference)
+        return str(getattr(type(value), "described_as", "a block"))
+    return f"a Python `{type(value).__name__}`"  # from the builder: anything at all
 
 
 def quoted(text: str) -> str:

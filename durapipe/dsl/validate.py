@@ -7,7 +7,6 @@ at the first.
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from typing import Any
 
 from durapipe.dsl import catalog, typecheck
 from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error, warning
+from durapipe.dsl.lower import copy_containers
 from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
 
@@ -44,7 +44,7 @@ def model_from_data(data: dict[str, Any], source_map: SourceMap,
     if not problems:
         return pipeline, []
     diagnostics = translate_problems(problems, source_map, fallback)
-    repaired = copy.deepcopy(data)
+    repaired = copy_containers(data)
     for _ in range(4):
         for problem in problems:
             _drop(repaired, problem.loc, problem.kind == "missing")
@@ -113,17 +113,25 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
                 hint = did_you_mean(problem.value, [c for c in problem.choices
                                                     if isinstance(c, str)])
             diag = error(code, message, span, "invalid value", help=hint)
-            key = (span.sort_key() if span else loc,)
+            key = (span.sort_key() if span else loc, message)
         if key not in seen:
             seen.add(key)
             diagnostics.append(diag)
     return diagnostics
 
 
+#: Earlier errors whose member is skipped whole (an unknown or misplaced name, a repeat): none
+#: of it reaches the model, so no later error follows from it.  This matters for the builder,
+#: whose spans are the caller's whole line: an unknown keyword must not hide a wrong type given
+#: to another keyword of the same call.
+_SKIPPED_WHOLE = {"P0109", "P0201", "P0207", "P0209"}
+
+
 def drop_consequences(errors: list[Diagnostic], earlier: Iterable[Diagnostic]) -> list[Diagnostic]:
     """Type errors about a value that an earlier phase already reported inside (an unknown
     function, a bad ``needs`` entry): the value was dropped there, so say nothing more."""
-    reported = [d.span for d in earlier if d.is_error and d.span is not None]
+    reported = [d.span for d in earlier if d.is_error and d.span is not None
+                and d.code not in _SKIPPED_WHOLE]
     out = []
     for diag in errors:
         span = diag.span
@@ -201,14 +209,13 @@ class _Checker:
         self.data = data
         self.diags: list[Diagnostic] = []
 
-    def written_retry(self, index: int) -> set[str]:
-        """The retry settings the stage (or ``defaults``) wrote, defaults merged in."""
+    def written(self, index: int, *path: str) -> set[str]:
+        """What the stage (or ``defaults``) wrote in the block at ``path``, valid or not."""
         stages = self.data.get("stages")
-        if not isinstance(stages, list) or index >= len(stages):
-            return set()
-        stage = stages[index]
-        retry = stage.get("retry") if isinstance(stage, dict) else None
-        return set(retry) if isinstance(retry, dict) else set()
+        node = stages[index] if isinstance(stages, list) and index < len(stages) else None
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return set(node) if isinstance(node, dict) else set()
 
     def at(self, *loc: Any) -> Span | None:
         return lookup(self.sm, loc) or self.fallback
@@ -334,7 +341,7 @@ class _Checker:
             elif name == stage.name:
                 self.add(error("P0308", f'stage "{stage.name}" needs itself', span,
                                "self-reference"))
-        written = any((*base, key) in self.sm for key in ("command", "script"))
+        written = bool(self.written(i) & {"command", "script"})
         if stage.command is not None and stage.script is not None or (
                 stage.command is None and stage.script is None and not written):
             # (A `command` or `script` that was written but is invalid is reported already.)
@@ -347,7 +354,7 @@ class _Checker:
                            help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
         self.resources(i, stage)
         for name in ("backoff_factor", "max_backoff"):
-            if name in self.written_retry(i) and stage.retry.backoff is None:
+            if name in self.written(i, "retry") and stage.retry.backoff is None:
                 self.add(error("P0319", f"`{name}` has no effect without `backoff`",
                                self.at(*base, "retry", name, KEY), "has no effect",
                                help=f"set `backoff = 30s` (the first delay) or drop `{name}`"))
