@@ -16,8 +16,7 @@ from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
 from durapipe.dsl.model import Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, SourceMap, Span
-
-Loc = tuple[str | int, ...]
+from durapipe.dsl.typecheck import Loc
 
 
 @dataclass(frozen=True)

@@ -847,7 +847,7 @@ class _TreeBuilder:
         if kind == "number":
             raw = str(first)
             number: int | float = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            if number in (math.inf, -math.inf):
+            if math.isinf(number):
                 self.state.diagnostics.append(error(
                     "P0111", f"the number `{raw}` is too large", span, "reads as infinity",
                     help="write the value you mean; sizes and durations take units (1Ti, 7d)"))

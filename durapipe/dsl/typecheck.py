@@ -163,7 +163,6 @@ _SCALARS: dict[object, Checker] = {
     int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     bool: _scalar(lambda v: isinstance(v, bool), "`true` or `false`"),
     float: _check_float,
-    type(None): _scalar(lambda v: v is None, "nothing"),
 }
 
 
@@ -280,14 +279,15 @@ class _Field(NamedTuple):
 
 
 def _record_checker(cls: type[Any]) -> Checker:
-    fields: list[_Field] | None = None
-    known: frozenset[str] = frozenset()
+    #: By name, in the class's order; resolved on first use, not at import: most commands
+    #: never build most classes.
+    fields: dict[str, _Field] | None = None
     #: How a value of this class is called in messages (``a block`` unless the class says).
     phrase = getattr(cls, "described_as", "a block")
 
-    def resolve() -> list[_Field]:
+    def resolve() -> dict[str, _Field]:
         hints = typing.get_type_hints(cls, include_extras=True)
-        out = []
+        out = {}
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
                 default: Callable[[], object] | None = (lambda d=f.default: d)
@@ -295,23 +295,21 @@ def _record_checker(cls: type[Any]) -> Checker:
                 default = f.default_factory
             else:
                 default = None
-            out.append(_Field(f.name, checker_for(hints[f.name]), default))
+            out[f.name] = _Field(f.name, checker_for(hints[f.name]), default)
         return out
 
     def check(value: object, loc: Loc, problems: list[Problem]) -> object:
-        nonlocal fields, known
+        nonlocal fields
         if isinstance(value, cls):
             return value
         if not isinstance(value, dict):
             problems.append(_wrong_type(loc, phrase, value))
             return value
         if fields is None:
-            # Resolved on first use, not at import: most commands never build most classes.
             fields = resolve()
-            known = frozenset(f.name for f in fields)
         before = len(problems)
         kwargs: dict[str, object] = {}
-        for name, field_check, default in fields:
+        for name, field_check, default in fields.values():
             if name in value:
                 kwargs[name] = field_check(value[name], (*loc, name), problems)
             elif default is None:
@@ -319,7 +317,7 @@ def _record_checker(cls: type[Any]) -> Checker:
             else:
                 kwargs[name] = default()
         for key in value:
-            if key not in known:
+            if key not in fields:
                 problems.append(Problem((*loc, str(key)), "unknown", "unknown field", value[key]))
         if len(problems) > before:
             return value

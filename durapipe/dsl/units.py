@@ -98,9 +98,7 @@ def parse_millicpu(value: object) -> int:
 def _millicpu(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a CPU count such as 8 or 0.5, not a boolean")
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise UnitError(f"{value!r} is not a CPU amount; write cores (8, 0.5) or \"500m\"")
+    if isinstance(value, (int, float)) and math.isfinite(value):
         milli = round(value * 1000)
     elif isinstance(value, str) and re.fullmatch(r"\d+m", value.strip()):
         milli = int(value.strip()[:-1])

@@ -264,12 +264,11 @@ class _Checker:
             ok = {
                 "str": isinstance(default, str),
                 "int": isinstance(default, int) and not isinstance(default, bool),
-                # NaN and infinity cannot be written in a .pipe file; the builder keeps to it.
-                "float": isinstance(default, (int, float)) and not isinstance(default, bool)
-                and math.isfinite(default),
+                "float": isinstance(default, (int, float)) and not isinstance(default, bool),
                 "bool": isinstance(default, bool),
             }[param.type]
-            if not ok and isinstance(default, float) and param.type == "float":
+            if isinstance(default, float) and not math.isfinite(default):
+                # A .pipe file cannot write NaN or infinity; the builder keeps to the same.
                 self.add(error("P0307", f"default of `{param.name}` is not a finite number",
                                self.at("params", i, "default"), "NaN or infinity"))
             elif not ok:
