@@ -7,14 +7,13 @@ this walks the block vocabulary itself, so each attribute meets each value once:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from durapipe.compiler import compile_pipeline, to_yaml
-from durapipe.dsl import lower as lw
 from durapipe.dsl import loads
+from durapipe.dsl import lower as lw
 from durapipe.dsl.diagnostics import render
+from tests.vocabulary import Kind, schema_paths
 
 VALUES = [
     "1e309", "-1e309", "99999999999999999999999", "-1", "0", "0.5", "1e-300", '"x"', '""',
@@ -23,15 +22,10 @@ VALUES = [
 ]
 
 
-def _attribute_paths(schema: dict[str, lw.Attr | lw.Blk | lw.Map],
-                     prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, kind in schema.items():
-        if isinstance(kind, lw.Blk):
-            yield from _attribute_paths(kind.schema, (*prefix, name))
-        elif isinstance(kind, lw.Map):
-            yield (*prefix, name, "k")
-        else:
-            yield (*prefix, name)
+def _attribute_paths(schema: dict[str, Kind]) -> list[tuple[str, ...]]:
+    """Each attribute, and one key of each ``key = value`` map."""
+    return [(*path, "k") if isinstance(kind, lw.Map) else path
+            for path, kind in schema_paths(schema) if not isinstance(kind, lw.Blk)]
 
 
 def _nested(path: tuple[str, ...], value: str) -> str:
@@ -41,8 +35,8 @@ def _nested(path: tuple[str, ...], value: str) -> str:
     return text
 
 
-STAGE_PATHS = [p for p in _attribute_paths(lw.STAGE_SCHEMA)]
-PIPELINE_PATHS = [p for p in _attribute_paths(lw.PIPELINE_SCHEMA)]
+STAGE_PATHS = _attribute_paths(lw.STAGE_SCHEMA)
+PIPELINE_PATHS = _attribute_paths(lw.PIPELINE_SCHEMA)
 
 
 def _file(stage_setting: str = "", pipeline_setting: str = "") -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import decimal
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from durapipe.dsl import builder as b
 from durapipe.dsl import lower as lw
 from durapipe.dsl.diagnostics import PipelineError
+from tests.vocabulary import schema_paths
 
 
 def _values() -> list[Any]:
@@ -35,15 +35,7 @@ _SECTIONS: dict[str, Any] = {
 }
 
 
-def _paths(schema: dict[str, lw.Attr | lw.Blk | lw.Map],
-           prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, kind in schema.items():
-        if isinstance(kind, lw.Blk):
-            yield from _paths(kind.schema, (*prefix, name))
-        yield (*prefix, name)
-
-
-PATHS = list(_paths(lw.STAGE_SCHEMA))
+PATHS = [path for path, _ in schema_paths(lw.STAGE_SCHEMA)]
 
 
 def _stage_attributes(path: tuple[str, ...], value: Any) -> dict[str, Any]:
