@@ -7,8 +7,12 @@ clashing with other test directories' helpers.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
+
+from durapipe.runtime import contract
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples" / "runtime"
@@ -27,3 +31,21 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def runtime_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "durapipe.runtime", *args]
+
+
+def preempt_after_line(command: list[str], *, env: dict[str, str], termination_log: Path,
+                       line: str, timeout: float, stderr: int | None = None) -> str:
+    """Run ``command`` under the runtime wrapper and SIGTERM it once it prints ``line``, as a
+    node drain would; the wrapper must exit as preempted.  Returns the rest of its output."""
+    wrapper = subprocess.Popen(
+        runtime_cmd("exec", "--termination-log", str(termination_log), "--", *command),
+        env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+    )
+    assert wrapper.stdout is not None
+    for printed in wrapper.stdout:
+        if printed.strip() == line:
+            wrapper.send_signal(signal.SIGTERM)
+            break
+    rest = wrapper.stdout.read()
+    assert wrapper.wait(timeout=timeout) == contract.EXIT_PREEMPTED, rest
+    return rest

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from durapipe.runtime import contract
-from tests.runtime.runtime_helpers import EXAMPLES, child_env, runtime_cmd
+from tests.runtime.runtime_helpers import EXAMPLES, child_env, preempt_after_line
 
 
 def env_for(tmp_path: Path) -> dict[str, str]:
@@ -26,21 +25,10 @@ def env_for(tmp_path: Path) -> dict[str, str]:
 
 def stop_then_resume(tmp_path: Path, script: Path, stop_step: int) -> tuple[int, str]:
     """SIGTERM the wrapped run after ``stop_step``; return where it stopped and the rerun's output."""
-    command = [sys.executable, str(script), "--step-seconds", "0.05"]
-    wrapper = subprocess.Popen(
-        runtime_cmd("exec", "--termination-log", str(tmp_path / "log"), "--", *command),
-        env=env_for(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert wrapper.stdout is not None
-    for line in wrapper.stdout:
-        if line.strip() == f"step {stop_step}":
-            wrapper.send_signal(signal.SIGTERM)
-            break
-    rest = wrapper.stdout.read()
-    assert wrapper.wait(timeout=180) == contract.EXIT_PREEMPTED, rest
+    rest = preempt_after_line(
+        [sys.executable, str(script), "--step-seconds", "0.05"], env=env_for(tmp_path),
+        termination_log=tmp_path / "log", line=f"step {stop_step}", timeout=180,
+        stderr=subprocess.DEVNULL)
     stopped_at = int(rest.split("stopped at ")[1].split()[0])
     assert stopped_at >= stop_step
     second = subprocess.run(

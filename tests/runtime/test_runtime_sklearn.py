@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from durapipe.runtime import contract
-from tests.runtime.runtime_helpers import EXAMPLES, child_env, runtime_cmd
+from tests.runtime.runtime_helpers import EXAMPLES, child_env, preempt_after_line
 
 np = pytest.importorskip("numpy", reason="numpy is in the ml extra (pulled in by test)")
 pytest.importorskip("sklearn", reason="scikit-learn is in the ml extra (pulled in by test)")
@@ -41,19 +40,8 @@ def test_sigterm_then_resume_gives_identical_coefficients(tmp_path: Path) -> Non
     stop_after = random.Random().randint(1, EPOCHS - 2)
     resumed = tmp_path / "resumed.pkl"
     command = [sys.executable, str(SCRIPT), "--out", str(resumed), "--step-seconds", "0.05"]
-    wrapper = subprocess.Popen(
-        runtime_cmd("exec", "--termination-log", str(tmp_path / "log"), "--", *command),
-        env=env_for(tmp_path, "b"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert wrapper.stdout is not None
-    for line in wrapper.stdout:
-        if line.strip() == f"epoch {stop_after}":
-            wrapper.send_signal(signal.SIGTERM)
-            break
-    wrapper.stdout.read()
-    assert wrapper.wait(timeout=60) == contract.EXIT_PREEMPTED
+    preempt_after_line(command, env=env_for(tmp_path, "b"), termination_log=tmp_path / "log",
+                       line=f"epoch {stop_after}", timeout=60)
     assert not resumed.exists()
     second = subprocess.run(
         command, env=env_for(tmp_path, "b"), check=True, capture_output=True, text=True
