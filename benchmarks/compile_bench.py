@@ -1,16 +1,23 @@
-"""Benchmark `durapipe compile`: cold process vs `import hera.workflows`, and a 2,000-stage pipeline.
+"""Benchmark `durapipe compile`: cold process vs `import hera.workflows`, a 2,000-stage pipeline,
+and how check and compile grow from 2,000 to 20,000 stages, against another revision.
 
     python benchmarks/compile_bench.py [--runs N] [--stages N] [--validate]
+                                       [--scale 2000,20000] [--against REV]
 
 Prints one line per measurement and a JSON summary.  Cold times are the median wall time of
 N fresh processes, interleaved so that machine load affects both sides alike.  Targets
 (issue 3): cold compile <= 0.5 s and >= 3x faster than importing hera; 2,000 stages < 3 s, every
 object within Argo's limits (and, with --validate, passing the strict CRD validator).
+Issue 13: 20,000 stages check and compile in time linear in 2,000 (ratio about 10), and no
+regression against the previous commit (``--against``, default ``HEAD~1``; ``--against ''``
+skips it).  Each size runs in its own child process, this checkout's and the other revision's
+interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -18,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from previous import resolve, tree
 from timing import ensure_bytecode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,13 +55,90 @@ def big_pipeline(n: int) -> object:
                     stages=tuple(stages))
 
 
+def scale_child(stages: int) -> dict[str, float]:
+    """Check (parse and validate generated text) and compile ``stages`` stages: the best of a
+    few runs (one at 20,000), after a small warm-up run that pays the imports."""
+    from check_bench import generate
+
+    from durapipe.compiler import CompileOptions, compile_pipeline
+    from durapipe.dsl import loads
+
+    def once(n: int) -> tuple[float, float]:
+        text = generate(n)
+        t0 = time.perf_counter()
+        loaded = loads(text, "big.pipe")
+        t1 = time.perf_counter()
+        assert loaded.pipeline is not None, loaded.diagnostics
+        result = compile_pipeline(loaded.pipeline, CompileOptions())
+        t2 = time.perf_counter()
+        # 20,000 stages need more than Argo's 200 parts: the compiler does all of its work
+        # and then reports P0403, which is what a user with such a file gets.
+        assert result.ok or {d.code for d in result.diagnostics} == {"P0403"}
+        return t1 - t0, t2 - t1
+
+    once(20)
+    runs = [once(stages) for _ in range(max(1, min(3, 10_000 // stages)))]
+    return {"check_s": min(r[0] for r in runs), "compile_s": min(r[1] for r in runs)}
+
+
+def run_child(stages: int, old_tree: Path | None) -> dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(stages)]
+    if old_tree is not None:
+        cmd += ["--tree", str(old_tree)]
+    out = subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True).stdout
+    times: dict[str, float] = json.loads(out.splitlines()[-1])
+    return times
+
+
+def scale(sizes: list[int], against: str) -> dict[str, object]:
+    """Check and compile at each size, here and (when ``against``) at that revision."""
+    sides: dict[str, dict[int, dict[str, float]]] = {"here": {}}
+    with contextlib.ExitStack() as stack:
+        old_tree = stack.enter_context(tree(against)) if against else None
+        if old_tree is not None:
+            sides[resolve(against)] = {}
+        for n in sizes:
+            sides["here"][n] = run_child(n, None)
+            if old_tree is not None:
+                sides[resolve(against)][n] = run_child(n, old_tree)
+    summary: dict[str, object] = {}
+    low, high = min(sizes), max(sizes)
+    for side, times in sides.items():
+        for n in sizes:
+            print(f"{side:>8}: {n} stages: check {times[n]['check_s']:.2f} s, "
+                  f"compile {times[n]['compile_s']:.2f} s")
+        for phase in ("check_s", "compile_s"):
+            ratio = times[high][phase] / times[low][phase]
+            print(f"{side:>8}: {phase[:-2]} {high}/{low} = {ratio:.1f}x (linear = {high / low:g})")
+            summary[f"{side}_{phase[:-2]}_{high}_over_{low}"] = round(ratio, 2)
+    if len(sides) == 2:
+        old = sides[resolve(against)]
+        for n in sizes:
+            for phase in ("check_s", "compile_s"):
+                ratio = sides["here"][n][phase] / old[n][phase]
+                print(f"here / {resolve(against)}: {phase[:-2]} {n} stages = {ratio:.2f}x")
+                summary[f"here_over_previous_{phase[:-2]}_{n}"] = round(ratio, 2)
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--stages", type=int, default=2000)
     parser.add_argument("--validate", action="store_true",
                         help="also run the strict CRD validator (tests/argo_schema) on every object")
+    parser.add_argument("--scale", default="2000,20000",
+                        help="stage counts for the growth measurement ('' to skip)")
+    parser.add_argument("--against", default="HEAD~1",
+                        help="git revision to compare the growth measurement with ('' to skip)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child is not None:
+        if args.tree:
+            sys.path.insert(0, args.tree)
+        print(json.dumps(scale_child(args.child)))
+        return 0
 
     ensure_bytecode()
     compile_cmd = [sys.executable, "-m", "durapipe", "compile", str(EXAMPLE)]
@@ -100,6 +185,8 @@ def main() -> int:
         print(f"strict validation of {len(result.documents)} objects: {len(problems)} problems "
               f"({time.perf_counter() - t4:.1f} s)")
         summary["big_strict_problems"] = len(problems)
+    if args.scale:
+        summary.update(scale([int(n) for n in args.scale.split(",")], args.against))
     print(json.dumps(summary))
     return 0
 

@@ -68,3 +68,47 @@ def test_check_and_compile_import_no_validation_library_and_not_hera() -> None:
         loaded = _modules_loaded_by(*argv)
         assert "durapipe" in loaded and "lark" in loaded
         assert not loaded & {"pydantic", "pydantic_core", "hera", "yaml"}, argv
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Modules of durapipe one file imports, at the top or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_runner_imports_no_argo_lowering() -> None:
+    """`durapipe run` executes the stage plan; Argo's objects are the other executor."""
+    compiler_modules = {m.split(".")[2] for m in _imports("runner")
+                        if m.startswith("durapipe.compiler.")}
+    assert compiler_modules, "the runner reads the plan"
+    assert compiler_modules <= {"plan", "memo"}, compiler_modules
+
+
+def test_no_import_cycle_inside_the_compiler() -> None:
+    names = {p.stem for p in (PACKAGE / "compiler").glob("*.py")} - {"__init__"}
+    graph = {
+        name: {m.split(".")[2] for m in _module_imports(PACKAGE / "compiler" / f"{name}.py")
+               if m.startswith("durapipe.compiler.") and m.split(".")[2] in names} - {name}
+        for name in names
+    }
+    # Depth-first search for a back edge.
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            assert state.get(nxt) != "open", " -> ".join([*path, node, nxt])
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert graph["argo_stage"] and "argo_stage" not in graph["argo_jobset"]

@@ -27,13 +27,22 @@ def compile_pipeline(pipeline: Any, options: CompileOptions | None = None) -> Co
     User errors come back as diagnostics, never as exceptions; ``documents`` is empty when
     any diagnostic is an error.
     """
-    from durapipe.compiler import graph, lower
+    from durapipe.dsl.heap import gc_paused
+
+    with gc_paused():
+        return _compile(pipeline, options)
+
+
+def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
+    from durapipe.compiler import argo_stage, argo_workflow, plan
+    from durapipe.compiler.argo_text import check_literal
+    from durapipe.compiler.context import Context
     from durapipe.dsl import catalog
     from durapipe.dsl.diagnostics import sort_unique
 
     options = options or CompileOptions()
     profile = catalog.PROFILES[pipeline.cluster.profile]
-    ctx = lower.Context(pipeline=pipeline, options=options, profile=profile)
+    ctx = Context(pipeline=pipeline, options=options, profile=profile)
     kind = options.kind or pipeline.kind
     if kind == "cron" and not pipeline.schedules:
         ctx.error("P0408", f"pipeline `{pipeline.name}` is compiled as a CronWorkflow but has "
@@ -43,12 +52,16 @@ def compile_pipeline(pipeline: Any, options: CompileOptions | None = None) -> Co
         ctx.error("P0202", f"pipeline `{pipeline.name}` has no stages; Argo needs at least one "
                   "task", ("stages",))
     if pipeline.storage:
-        lower.check_literal(ctx, pipeline.storage, ("storage",))
+        check_literal(ctx, pipeline.storage, ("storage",))
     for key, value in sorted(pipeline.annotations.items()):
-        lower.check_literal(ctx, value, ("annotations", key))
-    order = graph.topo_order(ctx)
-    lowered = [lower.lower_stage(ctx, i, pipeline.stages[i]) for i in order]
-    documents = graph.assemble(ctx, kind, lowered)
+        check_literal(ctx, value, ("annotations", key))
+    planned = plan.plan_pipeline(pipeline,
+                                 checkpoint_grace_seconds=options.checkpoint_grace_seconds)
+    if planned.cycle:
+        names = ", ".join(pipeline.stages[i].name for i in planned.cycle)
+        ctx.error("P0302", f"dependency cycle among stages: {names}", ("stages",))
+    lowered = [argo_stage.lower_stage(ctx, stage) for stage in planned.stages]
+    documents = argo_workflow.assemble(ctx, kind, lowered)
     diagnostics = sort_unique(ctx.diagnostics)
     if any(d.is_error for d in diagnostics):
         documents = []

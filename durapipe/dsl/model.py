@@ -9,7 +9,9 @@ the model's field paths, so they never affect equality.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, ClassVar, Literal, Union
 
 from durapipe.dsl import units
@@ -294,10 +296,24 @@ class Pipeline:
     stages: tuple[Stage, ...] = ()
 
     def stage(self, name: str) -> Stage:
+        """The stage called ``name`` (``KeyError`` if none), by index: the compiler looks up
+        every reference, so a scan would make compiling quadratic."""
+        return self._stage_index[name]
+
+    @property
+    def stage_names(self) -> Mapping[str, Stage]:
+        """Stages by name (the first of equally named ones)."""
+        return self._stage_index
+
+    @cached_property
+    def _stage_index(self) -> dict[str, Stage]:
+        # The first of equally named stages wins, as a scan would find it (the validator
+        # reports the duplicate).  cached_property writes the instance dict directly, so it
+        # works on a frozen dataclass and stays out of equality.
+        index: dict[str, Stage] = {}
         for stage in self.stages:
-            if stage.name == name:
-                return stage
-        raise KeyError(name)
+            index.setdefault(stage.name, stage)
+        return index
 
     def param(self, name: str) -> Param:
         for param in self.params:

@@ -24,8 +24,16 @@ from pathlib import Path
 
 import durapipe
 from durapipe.compiler import memo
-from durapipe.compiler.graph import param_value
-from durapipe.compiler.lower import cache_static, checkpoint_line
+from durapipe.compiler.plan import (
+    Site,
+    StagePlan,
+    Variant,
+    cache_static,
+    checkpoint_line,
+    contract_env,
+    param_value,
+    plan_pipeline,
+)
 from durapipe.dsl import units
 from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.runner import policy
@@ -101,6 +109,10 @@ class Runner:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         self.run_id = f"{pipeline.name}-{stamp}-{uuid.uuid4().hex[:6]}"
         self.run_dir = runs_dir(self.home) / self.run_id
+        # The same plan the compiler lowers to Argo (rungs, variants, budgets, the contract
+        # environment): `durapipe run` promises the cluster's semantics.
+        self.plan = plan_pipeline(pipeline, checkpoint_grace_seconds=0)
+        self.plans = {p.stage.name: p for p in self.plan.stages}
         self.record = RunRecord(self.run_id, pipeline.name, source, time.time(), self.params,
                                 resumed_from=self.resumed.run_id if self.resumed else "")
         for stage in pipeline.stages:
@@ -259,10 +271,11 @@ class Runner:
         budget = policy.Budget()
         stage_dir = self.run_dir / stage.name
         outputs = {name: str(stage_dir / "outputs" / name) for name in stage.outputs}
+        plan = self.plans[stage.name]
         while True:
-            attempt = self._attempt(stage, budget, stage_dir, outputs)
+            attempt = self._attempt(plan, budget, stage_dir, outputs)
             record.attempts.append(attempt)
-            decision = policy.decide(stage.retry, budget, attempt.verdict)
+            decision = policy.decide(plan, budget, attempt.verdict)
             if attempt.message and decision.action != "done":
                 decision = policy.Decision(decision.action, decision.rung,
                                            f"{decision.reason} ({attempt.message})",
@@ -286,22 +299,31 @@ class Runner:
         record.seconds = time.monotonic() - started
         self._event("end", record, record.reason)
 
-    def _memory(self, stage: Stage, rung: int) -> int | None:
-        ladder = stage.retry.on_oom.memory if stage.retry.on_oom else ()
-        return ladder[min(rung, len(ladder) - 1)] if ladder else stage.resources.memory
+    @staticmethod
+    def _variant(plan: StagePlan, rung: int) -> Variant:
+        """The variant an attempt runs: its rung, on the first GPU type (a local run never
+        waits for capacity, so it never falls back)."""
+        return next(v for v in plan.variants if v.rung == rung and v.type_index == 0)
 
-    def _attempt(self, stage: Stage, budget: policy.Budget, stage_dir: Path,
+    def _attempt(self, plan: StagePlan, budget: policy.Budget, stage_dir: Path,
                  outputs: dict[str, str]) -> AttemptRecord:
+        stage = plan.stage
         number = budget.attempts
         attempt_dir = stage_dir / f"attempt-{number}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         termination_log = attempt_dir / "termination-log"
         hash_dir = attempt_dir / "output-hashes"
         log_path = attempt_dir / "log"
-        memory = self._memory(stage, budget.rung)
+        variant = self._variant(plan, budget.rung)
+        memory = variant.memory
         checkpoint_local = attempt_dir / "checkpoint"
-        env = self._env(stage, number, budget.rung, memory, outputs, termination_log, hash_dir,
-                        checkpoint_local)
+        site = Site(
+            run_id=self.run_id, attempt=str(number), outputs=outputs,
+            output_hash_dir=str(hash_dir), termination_log=str(termination_log),
+            inputs=self._declared_inputs(stage), store_uri=self.store_root,
+            checkpoint_uri=self._checkpoint_uri(stage), checkpoint_path=str(checkpoint_local),
+            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+        env = self._env(plan, variant, site, outputs)
         argv = self._argv(stage, outputs, checkpoint_local)
         for path in outputs.values():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -334,6 +356,8 @@ class Runner:
         message = ""
         if getattr(process, "durapipe_timed_out", False):
             verdict, message = contract.VERDICT_APP_FAILURE, f"timed out after {stage.timeout}s"
+        elif getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
+            verdict, message = contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
         elif details.get("reason"):
             message = str(details["reason"])
         if cgroup is not None:
@@ -390,9 +414,13 @@ class Runner:
             process.durapipe_timed_out = True  # type: ignore[attr-defined]
             preempt()
 
+        def delete() -> None:
+            # A pod deletion: Argo's "pod deleted", which the cluster retries as a preemption.
+            process.durapipe_deleted = True  # type: ignore[attr-defined]
+            _kill_tree(process.pid, cgroup)
+
         if fault is not None:
-            action = preempt if fault.kind == "preempt" else (
-                lambda: _kill_tree(process.pid, cgroup))
+            action = preempt if fault.kind == "preempt" else delete
             # The drill clock starts at the attempt's first output, so a slow framework import
             # on a busy machine does not swallow the drill.
             def after_first_output() -> None:
@@ -443,9 +471,15 @@ class Runner:
         step = body.get("metadata", {}).get("step")
         return f"#{seqs[0]}" + (f" (step {step})" if step is not None else "")
 
-    def _env(self, stage: Stage, attempt: int, rung: int, memory: int | None,
-             outputs: Mapping[str, str], termination_log: Path, hash_dir: Path,
-             checkpoint_local: Path) -> dict[str, str]:
+    def _declared_inputs(self, stage: Stage) -> dict[str, str]:
+        return {name: self.record.stages[ref.path[0]].outputs[ref.path[2]]
+                for name, ref in sorted(stage.inputs.items()) if ref.is_output}
+
+    def _env(self, plan: StagePlan, variant: Variant, site: Site,
+             outputs: Mapping[str, str]) -> dict[str, str]:
+        """The host's environment, the user's variables, then the contract's (built by the
+        plan, as for the pod)."""
+        stage = plan.stage
         env = dict(os.environ)
         package_root = str(Path(durapipe.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -458,26 +492,7 @@ class Runner:
                                   f"which is not available locally; export {name} to provide it")
                 continue
             env[name] = self._text(value, outputs)
-        gpu = stage.resources.gpu
-        env.update({
-            contract.ENV_PIPELINE: self.pipeline.name,
-            contract.ENV_STAGE: stage.name,
-            contract.ENV_RUN_ID: self.run_id,
-            contract.ENV_ATTEMPT: str(attempt),
-            contract.ENV_RUNG: str(rung),
-            contract.ENV_GPU_TYPE: gpu.types[0].type if gpu and gpu.types else "",
-            contract.ENV_MEMORY_LIMIT: str(memory) if memory is not None else "",
-            contract.ENV_STORE_URI: self.store_root,
-            contract.ENV_GRACE_SECONDS: str(self.options.grace_seconds),
-            contract.ENV_OUTPUTS: json.dumps(dict(outputs), sort_keys=True),
-            contract.ENV_OUTPUT_HASH_DIR: str(hash_dir),
-            contract.ENV_TERMINATION_LOG: str(termination_log),
-            contract.ENV_GPU_OOM_POLICY: stage.retry.gpu_oom,
-        })
-        if stage.checkpoint is not None:
-            env[contract.ENV_CHECKPOINT_URI] = self._checkpoint_uri(stage)
-            env[contract.ENV_CHECKPOINT_PATH] = str(checkpoint_local)
-            env[contract.ENV_CHECKPOINT_KEEP] = str(stage.checkpoint.keep)
+        env.update(contract_env(self.pipeline, plan, variant, site))
         return env
 
     def _text(self, value: Text, outputs: Mapping[str, str]) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from durapipe.compiler import CompileOptions, CompileResult, compile_pipeline, memo, retry
+from durapipe.compiler import CompileOptions, CompileResult, compile_pipeline, memo
+from durapipe.compiler import argo_retry as retry
 from durapipe.runtime import contract
 from tests.compiler.models import (
     GI,
@@ -317,7 +318,7 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
 
 def test_app_failure_condition_with_a_ladder() -> None:
     rule = Retry(attempts=2, on_oom=OnOom(memory=(GI, 2 * GI)))
-    assert retry.app_failure_condition("p", rule, has_ladder=True) == (
+    assert retry.app_failure_condition("p", rule.gpu_oom, has_ladder=True) == (
         "tasks['p'].status in ['Failed', 'Error'] && "
         "!((get(tasks['p'], 'exitCode') ?? '') in ['', '-1', '143', '137', '86'])"
     )
@@ -577,7 +578,7 @@ def test_jobset_conditions_are_the_ones_argo_executor_evaluates_in_the_harness()
     # executor code; this keeps the proof tied to what the compiler emits.
     from pathlib import Path
 
-    from durapipe.compiler import jobset
+    from durapipe.compiler import argo_jobset as jobset
 
     scenario = Path(__file__).resolve().parents[1] / "argo" / "scenarios" / "jobset-conditions.yaml"
     text = scenario.read_text(encoding="utf-8")

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from durapipe.dsl.model import OnOom, Retry
-from durapipe.runner.policy import Budget, backoff, decide
+from durapipe.compiler.plan import StagePlan, plan_stage
+from durapipe.dsl.model import OnOom, Pipeline, Retry, Stage
+from durapipe.runner import policy
+from durapipe.runner.policy import Budget
 from durapipe.runtime import contract as c
 
 LADDER = Retry(attempts=1, preemptions=2, on_oom=OnOom(memory=(256 * 2**30, 512 * 2**30, 2**40)))
+
+
+def plan_of(retry: Retry) -> StagePlan:
+    stage = Stage(name="s", image="x", command=("true",), retry=retry)
+    return plan_stage(Pipeline(name="p", stages=(stage,)), 0, checkpoint_grace_seconds=0)
+
+
+def decide(retry: Retry, budget: Budget, verdict: str) -> policy.Decision:
+    return policy.decide(plan_of(retry), budget, verdict)
 
 
 def _run(retry: Retry, verdicts: list[str]) -> list[tuple[str, int]]:
@@ -16,6 +27,11 @@ def _run(retry: Retry, verdicts: list[str]) -> list[tuple[str, int]]:
         decision = decide(retry, budget, verdict)
         out.append((decision.action, decision.rung))
     return out
+
+
+def _waits(retry: Retry, verdicts: list[str]) -> list[float]:
+    budget = Budget()
+    return [decide(retry, budget, v).backoff_seconds for v in verdicts]
 
 
 def test_preemptions_do_not_spend_the_failure_budget() -> None:
@@ -61,5 +77,26 @@ def test_oom_without_a_ladder_is_an_application_failure() -> None:
 
 
 def test_backoff_grows_and_is_capped() -> None:
-    retry = Retry(attempts=5, backoff=10, backoff_factor=3, max_backoff=60)
-    assert [backoff(retry, n) for n in (1, 2, 3)] == [10.0, 30.0, 60.0]
+    retry = Retry(preemptions=5, backoff=10, backoff_factor=3, max_backoff=60)
+    assert _waits(retry, [c.VERDICT_PREEMPTED] * 3) == [10.0, 30.0, 60.0]
+
+
+def test_backoff_is_capped_by_default_and_restarts_with_each_task() -> None:
+    # Argo backs off the retries of one task (preemptions); an application failure starts the
+    # next attempt's task at once, and that task's backoff starts over.
+    retry = Retry(attempts=1, preemptions=12, backoff=30)
+    waits = _waits(retry, [c.VERDICT_PREEMPTED] * 6 + [c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED])
+    assert waits == [30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 0.0, 30.0]
+
+
+def test_the_preemption_budget_is_per_task_as_on_argo() -> None:
+    retry = Retry(attempts=1, preemptions=1)
+    assert _run(retry, [c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED,
+                        c.VERDICT_SUCCESS]) == [("retry", 0)] * 3 + [("done", 0)]
+    assert _run(retry, [c.VERDICT_PREEMPTED, c.VERDICT_PREEMPTED])[-1] == ("fail", 0)
+
+
+def test_a_ladder_of_one_size_is_no_ladder() -> None:
+    # The compiled workflow has no rung to climb to: exit 137 is an application failure there.
+    retry = Retry(attempts=1, on_oom=OnOom(memory=(2**30,)))
+    assert _run(retry, [c.VERDICT_HOST_OOM, c.VERDICT_SUCCESS]) == [("retry", 0), ("done", 0)]

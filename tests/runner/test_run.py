@@ -59,19 +59,23 @@ def test_preemptions_use_their_own_budget(tmp_path: Path) -> None:
     assert record.status == "succeeded"
 
 
-def test_kill_drill_and_timeout_are_failures(tmp_path: Path) -> None:
+def test_kill_drill_is_a_pod_deletion_so_a_preemption_and_a_timeout_is_a_failure(
+        tmp_path: Path) -> None:
+    # On the cluster a deleted pod is "pod deleted", which the retry expression treats as a
+    # preemption (argo_retry.PREEMPTION_MARKERS): `--kill` must spend the same budget locally.
     record = _run(tmp_path, f"""
         pipeline "p" {{}}
         stage "a" {{
           image = "x"
           command = ["{PY}", "-c", "import time; print('go', flush=True); time.sleep(30)"]
           timeout = 1s
-          retry {{ attempts = 1 }}
+          retry {{ attempts = 1  preemptions = 1 }}
         }}
     """, faults=[Fault("kill", "a", 0.3)])
     attempts = record.stages["a"].attempts
-    assert [a.verdict for a in attempts] == ["app_failure", "app_failure"]
+    assert [a.verdict for a in attempts] == ["preempted", "app_failure", "app_failure"]
     assert attempts[0].fault == "kill@0.3s"
+    assert attempts[0].message == "the pod was deleted (--kill)"
     assert attempts[1].message == "timed out after 1s"
     assert record.status == "failed"
 

@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durapipe.compiler import naming
-from durapipe.compiler.lower import (
-    LABEL_PIPELINE,
-    MANAGED_BY,
-    Context,
-    LoweredStage,
-    artifact_input_name,
-    check_literal,
-    hash_param_name,
-)
+from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
+from durapipe.compiler.argo_stage import LoweredStage
+from durapipe.compiler.argo_text import artifact_input_name, check_literal, hash_param_name
+from durapipe.compiler.context import Context
+from durapipe.compiler.plan import param_value
 from durapipe.dsl.model import Pipeline
 
 Json = dict[str, Any]
@@ -30,34 +26,6 @@ API_VERSION = "argoproj.io/v1alpha1"
 PART_TEMPLATE = "part"
 #: Kubernetes' limit on one object (etcd), which Argo inherits.
 MAX_OBJECT_BYTES = 1024 * 1024
-
-
-def topo_order(ctx: Context) -> list[int]:
-    """Stage indexes in dependency order, ties broken by declaration order."""
-    stages = ctx.pipeline.stages
-    index = {s.name: i for i, s in enumerate(stages)}
-    deps = {i: {index[u] for u in s.upstream() if u in index and u != s.name}
-            for i, s in enumerate(stages)}
-    order: list[int] = []
-    done: set[int] = set()
-    remaining = list(range(len(stages)))
-    while remaining:
-        ready = [i for i in remaining if deps[i] <= done]
-        if not ready:
-            names = ", ".join(stages[i].name for i in remaining)
-            ctx.error("P0302", f"dependency cycle among stages: {names}", ("stages",))
-            return order + remaining
-        for i in ready:
-            order.append(i)
-            done.add(i)
-        remaining = [i for i in remaining if i not in done]
-    return order
-
-
-def param_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def arguments(ctx: Context) -> Json:
@@ -74,25 +42,25 @@ def arguments(ctx: Context) -> Json:
 
 
 @dataclass
-class Source:
-    """Where a stage's task finds an upstream output inside one DAG."""
+class UpstreamRefs:
+    """Where the tasks of one DAG find upstream outputs: a sibling task's outputs, or (across
+    a cut between parts) the DAG's own inputs."""
 
-    #: (stage, output) -> (parameter expression, artifact expression)
+    #: (stage, output) -> (hash parameter expression, artifact expression)
     refs: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
 
-def task_for(lowered: LoweredStage, tasks_of: dict[str, str], source: Source,
-             local_deps: list[str]) -> Json:
-    entry: Json = {"name": lowered.task, "template": lowered.entry}
+def task_for(lowered: LoweredStage, upstream: UpstreamRefs, local_deps: list[str]) -> Json:
+    entry: Json = {"name": lowered.plan.task, "template": lowered.plan.task}
     if local_deps:
         entry["depends"] = " && ".join(sorted(local_deps))
     params = [
-        {"name": lowered.hash_inputs[key], "value": source.refs[key][0]}
+        {"name": lowered.hash_inputs[key], "value": upstream.refs[key][0]}
         for key in sorted(lowered.hash_inputs)
     ]
     arts = [
-        {"name": artifact_input_name(s, o), "from": source.refs[(s, o)][1]}
-        for s, o in sorted(lowered.io.upstream)
+        {"name": artifact_input_name(s, o), "from": upstream.refs[(s, o)][1]}
+        for s, o in sorted(lowered.plan.upstream)
     ]
     set_arguments(entry, params, arts)
     return entry
@@ -109,7 +77,7 @@ def set_arguments(task: Json, parameters: list[Json], artifacts: list[Json]) -> 
         task["arguments"] = args
 
 
-def local_refs(stage: str, output: str, task: str) -> tuple[str, str]:
+def local_refs(output: str, task: str) -> tuple[str, str]:
     return (
         "{{tasks." + task + ".outputs.parameters." + hash_param_name(output) + "}}",
         "{{tasks." + task + ".outputs.artifacts." + output + "}}",
@@ -121,18 +89,18 @@ def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
     for item in lowered:
         for template in item.templates:
             name = str(template["name"])
-            owner = f"stage `{item.stage.name}`"
+            owner = f"stage `{item.plan.stage.name}`"
             if name in seen and seen[name] != owner:
                 ctx.error(
                     "P0402",
                     f"generated template name `{name}` of {owner} collides with {seen[name]}",
-                    ("stages", ctx.pipeline.stages.index(item.stage), "name"),
+                    ("stages", item.plan.index, "name"),
                     help="rename one of the stages",
                 )
             seen.setdefault(name, owner)
             if len(name) > naming.MAX_ARGO_NAME or not naming.ARGO_NAME_RE.match(name):
                 ctx.error("P0402", f"generated name `{name}` is not a valid Argo name",
-                          ("stages", ctx.pipeline.stages.index(item.stage), "name"))
+                          ("stages", item.plan.index, "name"))
 
 
 def metadata(ctx: Context, kind: str, name: str) -> Json:
@@ -185,15 +153,21 @@ def document(ctx: Context, kind: str, templates: list[Json]) -> Json:
             "metadata": metadata(ctx, "Workflow", pipeline.name), "spec": spec}
 
 
-def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
-    tasks_of = {item.stage.name: item.task for item in lowered}
-    source = Source()
+def dag_tasks(part: list[LoweredStage], upstream: UpstreamRefs) -> list[Json]:
+    """The tasks of one DAG over ``part``; data from stages outside it is in ``upstream``."""
+    names = {item.plan.stage.name: item.plan.task for item in part}
     tasks: list[Json] = []
-    for item in lowered:
-        for s, o in item.io.upstream:
-            source.refs[(s, o)] = local_refs(s, o, tasks_of[s])
-        deps = [tasks_of[u] for u in item.stage.upstream() if u in tasks_of]
-        tasks.append(task_for(item, tasks_of, source, deps))
+    for item in part:
+        for s, o in item.plan.upstream:
+            if s in names:
+                upstream.refs[(s, o)] = local_refs(o, names[s])
+        deps = [names[u] for u in item.plan.stage.upstream() if u in names]
+        tasks.append(task_for(item, upstream, deps))
+    return tasks
+
+
+def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+    tasks = dag_tasks(lowered, UpstreamRefs())
     templates: list[Json] = [{"name": naming.ENTRYPOINT, "dag": {"tasks": tasks}}]
     for item in lowered:
         templates.extend(item.templates)
@@ -215,113 +189,137 @@ def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredS
     return parts
 
 
+Edge = tuple[str, str]
+
+
+@dataclass
+class Cuts:
+    """The data and order edges that cross between parts."""
+
+    part_of: dict[str, int]
+    #: Per part: the (stage, output) pairs it exports and imports.
+    exports: list[set[Edge]]
+    imports: list[set[Edge]]
+    #: Edges whose content hash a cached stage's key reads.
+    hash_needed: set[Edge]
+    part_deps: list[set[int]]
+
+
+def find_cuts(parts: list[list[LoweredStage]]) -> Cuts:
+    part_of = {item.plan.stage.name: i for i, part in enumerate(parts) for item in part}
+    cuts = Cuts(part_of, [set() for _ in parts], [set() for _ in parts], set(),
+                [set() for _ in parts])
+    for i, part in enumerate(parts):
+        for item in part:
+            for u in item.plan.stage.upstream():
+                if u in part_of and part_of[u] != i:
+                    cuts.part_deps[i].add(part_of[u])
+            for s, o in item.plan.upstream:
+                if part_of.get(s, i) != i:
+                    cuts.exports[part_of[s]].add((s, o))
+                    cuts.imports[i].add((s, o))
+                    if (s, o) in item.hash_inputs:
+                        cuts.hash_needed.add((s, o))
+    return cuts
+
+
+def exported_art(s: str, o: str) -> str:
+    return f"{s}-{o}"
+
+
+def exported_hash(s: str, o: str) -> str:
+    return f"{s}-{o}-hash"
+
+
+def part_interface(cuts: Cuts, i: int, tasks_of: dict[str, str]) -> Json:
+    """The ``inputs`` and ``outputs`` of part ``i``'s DAG template."""
+    out: Json = {}
+    inputs: Json = {}
+    hashes = sorted(k for k in cuts.imports[i] if k in cuts.hash_needed)
+    if hashes:
+        inputs["parameters"] = [{"name": exported_hash(s, o)} for s, o in hashes]
+    if cuts.imports[i]:
+        inputs["artifacts"] = [{"name": artifact_input_name(s, o)}
+                               for s, o in sorted(cuts.imports[i])]
+    if inputs:
+        out["inputs"] = inputs
+    exports = sorted(cuts.exports[i])
+    if exports:
+        out_params = [
+            {"name": exported_hash(s, o), "valueFrom": {
+                "parameter": local_refs(o, tasks_of[s])[0]}}
+            for s, o in exports if (s, o) in cuts.hash_needed
+        ]
+        outputs: Json = {}
+        if out_params:
+            outputs["parameters"] = out_params
+        outputs["artifacts"] = [
+            {"name": exported_art(s, o), "from": local_refs(o, tasks_of[s])[1]}
+            for s, o in exports
+        ]
+        out["outputs"] = outputs
+    return out
+
+
+def part_document(ctx: Context, i: int, part: list[LoweredStage], cuts: Cuts,
+                  tasks_of: dict[str, str]) -> Json:
+    """The WorkflowTemplate of part ``i``: its DAG, then its stages' templates."""
+    upstream = UpstreamRefs()
+    for s, o in cuts.imports[i]:
+        upstream.refs[(s, o)] = (
+            "{{inputs.parameters." + exported_hash(s, o) + "}}",
+            "{{inputs.artifacts." + artifact_input_name(s, o) + "}}",
+        )
+    dag: Json = {"name": PART_TEMPLATE, **part_interface(cuts, i, tasks_of)}
+    dag["dag"] = {"tasks": dag_tasks(part, upstream)}
+    templates = [dag]
+    for item in part:
+        templates.extend(item.templates)
+    spec: Json = {}
+    args = arguments(ctx)
+    if args:
+        spec["arguments"] = args
+    spec["templates"] = templates
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "WorkflowTemplate",
+        "metadata": metadata(ctx, "WorkflowTemplate", naming.part_name(ctx.pipeline.name, i)),
+        "spec": spec,
+    }
+
+
+def part_task(ctx: Context, i: int, cuts: Cuts) -> Json:
+    """The entrypoint's task calling part ``i``."""
+    entry: Json = {"name": f"part-{i}", "templateRef": {
+        "name": naming.part_name(ctx.pipeline.name, i), "template": PART_TEMPLATE}}
+    if cuts.part_deps[i]:
+        entry["depends"] = " && ".join(f"part-{d}" for d in sorted(cuts.part_deps[i]))
+    hashes = sorted(k for k in cuts.imports[i] if k in cuts.hash_needed)
+    call_params = [
+        {"name": exported_hash(s, o),
+         "value": "{{tasks.part-" + str(cuts.part_of[s]) + ".outputs.parameters."
+                  + exported_hash(s, o) + "}}"}
+        for s, o in hashes
+    ]
+    call_arts = [
+        {"name": artifact_input_name(s, o),
+         "from": "{{tasks.part-" + str(cuts.part_of[s]) + ".outputs.artifacts."
+                 + exported_art(s, o) + "}}"}
+        for s, o in sorted(cuts.imports[i])
+    ]
+    set_arguments(entry, call_params, call_arts)
+    return entry
+
+
 def split_objects(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     parts = split_parts(ctx, lowered)
     if len(parts) > ctx.options.max_tasks:
         ctx.error("P0403", f"pipeline needs {len(parts)} parts, more than Argo's "
                   f"{ctx.options.max_tasks} tasks in the entrypoint DAG", ("stages",))
-    part_of = {item.stage.name: i for i, part in enumerate(parts) for item in part}
-    tasks_of = {item.stage.name: item.task for item in lowered}
-    # Cross-part data edges: which (stage, output) each part exports and imports.
-    exports: list[set[tuple[str, str]]] = [set() for _ in parts]
-    imports: list[set[tuple[str, str]]] = [set() for _ in parts]
-    hash_needed: set[tuple[str, str]] = set()
-    part_deps: list[set[int]] = [set() for _ in parts]
-    for i, part in enumerate(parts):
-        for item in part:
-            for u in item.stage.upstream():
-                if u in part_of and part_of[u] != i:
-                    part_deps[i].add(part_of[u])
-            for s, o in item.io.upstream:
-                if part_of.get(s, i) != i:
-                    exports[part_of[s]].add((s, o))
-                    imports[i].add((s, o))
-                    if (s, o) in item.hash_inputs:
-                        hash_needed.add((s, o))
-
-    def exported_art(s: str, o: str) -> str:
-        return f"{s}-{o}"
-
-    def exported_hash(s: str, o: str) -> str:
-        return f"{s}-{o}-hash"
-
-    documents: list[Json] = []
-    main_tasks: list[Json] = []
-    for i, part in enumerate(parts):
-        source = Source()
-        for s, o in imports[i]:
-            source.refs[(s, o)] = (
-                "{{inputs.parameters." + exported_hash(s, o) + "}}",
-                "{{inputs.artifacts." + artifact_input_name(s, o) + "}}",
-            )
-        names = {item.stage.name for item in part}
-        tasks: list[Json] = []
-        for item in part:
-            for s, o in item.io.upstream:
-                if s in names:
-                    source.refs[(s, o)] = local_refs(s, o, tasks_of[s])
-            deps = [tasks_of[u] for u in item.stage.upstream() if u in names]
-            tasks.append(task_for(item, tasks_of, source, deps))
-        dag: Json = {"name": PART_TEMPLATE}
-        inputs: Json = {}
-        hashes = sorted(k for k in imports[i] if k in hash_needed)
-        if hashes:
-            inputs["parameters"] = [{"name": exported_hash(s, o)} for s, o in hashes]
-        if imports[i]:
-            inputs["artifacts"] = [{"name": artifact_input_name(s, o)}
-                                   for s, o in sorted(imports[i])]
-        if inputs:
-            dag["inputs"] = inputs
-        if exports[i]:
-            out_params = [
-                {"name": exported_hash(s, o), "valueFrom": {
-                    "parameter": local_refs(s, o, tasks_of[s])[0]}}
-                for s, o in sorted(exports[i]) if (s, o) in hash_needed
-            ]
-            outputs: Json = {}
-            if out_params:
-                outputs["parameters"] = out_params
-            outputs["artifacts"] = [
-                {"name": exported_art(s, o), "from": local_refs(s, o, tasks_of[s])[1]}
-                for s, o in sorted(exports[i])
-            ]
-            dag["outputs"] = outputs
-        dag["dag"] = {"tasks": tasks}
-        templates = [dag]
-        for item in part:
-            templates.extend(item.templates)
-        part_name = naming.part_name(ctx.pipeline.name, i)
-        spec: Json = {}
-        args = arguments(ctx)
-        if args:
-            spec["arguments"] = args
-        spec["templates"] = templates
-        documents.append({
-            "apiVersion": API_VERSION,
-            "kind": "WorkflowTemplate",
-            "metadata": metadata(ctx, "WorkflowTemplate", part_name),
-            "spec": spec,
-        })
-        # The entrypoint's task for this part.
-        task_name = f"part-{i}"
-        entry: Json = {"name": task_name,
-                       "templateRef": {"name": part_name, "template": PART_TEMPLATE}}
-        if part_deps[i]:
-            entry["depends"] = " && ".join(f"part-{d}" for d in sorted(part_deps[i]))
-        call_params = [
-            {"name": exported_hash(s, o),
-             "value": "{{tasks.part-" + str(part_of[s]) + ".outputs.parameters."
-                      + exported_hash(s, o) + "}}"}
-            for s, o in hashes
-        ]
-        call_arts = [
-            {"name": artifact_input_name(s, o),
-             "from": "{{tasks.part-" + str(part_of[s]) + ".outputs.artifacts."
-                     + exported_art(s, o) + "}}"}
-            for s, o in sorted(imports[i])
-        ]
-        set_arguments(entry, call_params, call_arts)
-        main_tasks.append(entry)
+    cuts = find_cuts(parts)
+    tasks_of = {item.plan.stage.name: item.plan.task for item in lowered}
+    documents = [part_document(ctx, i, part, cuts, tasks_of) for i, part in enumerate(parts)]
+    main_tasks = [part_task(ctx, i, cuts) for i in range(len(parts))]
     main = document(ctx, kind, [{"name": naming.ENTRYPOINT, "dag": {"tasks": main_tasks}}])
     return [*documents, main]
 

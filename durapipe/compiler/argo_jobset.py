@@ -13,27 +13,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from durapipe.compiler.lower import (
+from durapipe.compiler.argo_pod import (
     ZIPAPP,
-    Context,
-    LoweredStage,
-    StageIO,
-    Variant,
-    cache_static,
-    contract_env,
     fill_main_container,
-    grace_seconds,
     init_container,
-    is_on,
     memoize,
-    render_text,
+    pod_env,
     scheduling,
     stage_metadata,
     user_env,
     volumes,
 )
+from durapipe.compiler.argo_text import render_text
+from durapipe.compiler.context import Context
+from durapipe.compiler.plan import StagePlan
 from durapipe.compiler.serialize import dump_document
-from durapipe.dsl.model import Stage
 from durapipe.runtime import contract
 
 Json = dict[str, Any]
@@ -70,15 +64,15 @@ def torchrun_argv(replicas: int, procs: int, user: list[str]) -> list[str]:
     return head + ["--no-python"] + user
 
 
-def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> LoweredStage:
-    dist = stage.distributed
-    assert dist is not None
-    loc: tuple[object, ...] = ("stages", index)
+def check_distributed(ctx: Context, plan: StagePlan) -> None:
+    """What a JobSet cannot carry: outputs and inputs (Argo artifacts reach only Argo's own
+    pods), an OOM ladder, GPU fallback, a script."""
+    stage, loc = plan.stage, ("stages", plan.index)
     gpu = stage.resources.gpu
     if stage.outputs:
         ctx.error("P0407", f"multi-node stage `{stage.name}` cannot declare outputs",
                   (*loc, "outputs"))
-    if stage.retry.on_oom is not None and len(stage.retry.on_oom.memory) > 1:
+    if plan.has_ladder:
         ctx.error("P0407", f"multi-node stage `{stage.name}` cannot use an OOM ladder",
                   (*loc, "retry", "on_oom"))
     if gpu is not None and gpu.fallback_after is not None:
@@ -87,51 +81,56 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
     if stage.script is not None:
         ctx.error("P0407", f"multi-node stage `{stage.name}` needs an exec-form `command`",
                   (*loc, "script"))
-
-    io = StageIO()
-    user = [render_text(ctx, c, io, (*loc, "command", i))
-            for i, c in enumerate(stage.command or ())]
-    user += [render_text(ctx, a, io, (*loc, "args", i)) for i, a in enumerate(stage.args)]
-    env_user = user_env(ctx, index, stage, io)
-    if io.upstream or stage.inputs:
+    if plan.upstream or stage.inputs:
         ctx.error("P0407", f"multi-node stage `{stage.name}` cannot read upstream outputs "
                   "(Argo artifacts reach only Argo's own pods)", loc)
 
-    memory = stage.retry.on_oom.memory[0] if stage.retry.on_oom else stage.resources.memory
-    variant = Variant(
-        name=task, rung=0, memory=memory,
-        gpu=gpu.types[0] if gpu is not None and gpu.types else None, pending_timeout=None,
-    )
+
+def jobset_env(ctx: Context, plan: StagePlan) -> list[Json]:
+    """The contract environment, with the JobSet's name and its restart count as the attempt."""
     env: list[Json] = [
         {"name": ENV_JOBSET_NAME, "valueFrom": {"fieldRef": {
             "fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}},
     ]
-    for item in contract_env(ctx, stage, variant, attempt="", declared_inputs={}):
+    for item in pod_env(ctx, plan, plan.variants[0], "", inputs=False):
         if item["name"] == contract.ENV_ATTEMPT:
             env.append({"name": contract.ENV_ATTEMPT, "valueFrom": {"fieldRef": {
                 "fieldPath": f"metadata.annotations['{RESTART_ANNOTATION}']"}}})
         else:
             env.append(item)
+    return env
+
+
+def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
+    """The pod of each node: torchrun under the runtime wrapper."""
+    stage, dist, variant = plan.stage, plan.stage.distributed, plan.variants[0]
+    assert dist is not None
+    loc = ("stages", plan.index)
+    user = [render_text(ctx, c, (*loc, "command", i)) for i, c in enumerate(stage.command or ())]
+    user += [render_text(ctx, a, (*loc, "args", i)) for i, a in enumerate(stage.args)]
+    env_user = user_env(ctx, plan)
     main: Json = {
         "name": "main",
         "image": stage.image,
         "command": ["python3", ZIPAPP, "exec", "--",
                     *torchrun_argv(dist.replicas, dist.procs_per_node, user)],
     }
-    sidecar = fill_main_container(ctx, stage, variant, main, env + env_user)
-    containers = [main] if sidecar is None else [main, sidecar]
-
+    sidecar = fill_main_container(ctx, plan, variant, main, jobset_env(ctx, plan) + env_user)
     pod_spec: Json = {"restartPolicy": "Never"}
-    grace = grace_seconds(ctx, stage)
-    if grace is not None:
-        pod_spec["terminationGracePeriodSeconds"] = grace
+    if plan.pod.grace_seconds is not None:
+        pod_spec["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
     if ctx.pipeline.service_account:
         pod_spec["serviceAccountName"] = ctx.pipeline.service_account
-    pod_spec.update(scheduling(ctx, index, stage, variant))
+    pod_spec.update(scheduling(ctx, plan, variant))
     pod_spec["initContainers"] = [init_container(ctx)]
-    pod_spec["containers"] = containers
-    pod_spec["volumes"] = volumes(stage)
+    pod_spec["containers"] = [main] if sidecar is None else [main, sidecar]
+    pod_spec["volumes"] = volumes(plan)
+    return pod_spec
 
+
+def jobset_manifest(ctx: Context, plan: StagePlan, meta: Json) -> Json:
+    stage, dist = plan.stage, plan.stage.distributed
+    assert dist is not None
     job_spec: Json = {
         "parallelism": dist.replicas,
         "completions": dist.replicas,
@@ -145,9 +144,7 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
             "action": "FailJob",
             "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
         }]}
-    meta = stage_metadata(ctx, stage)
-    job_spec["template"] = {"metadata": meta, "spec": pod_spec}
-
+    job_spec["template"] = {"metadata": meta, "spec": node_pod_spec(ctx, plan)}
     failure_policy: Json = {"maxRestarts": dist.max_restarts}
     if dist.restart_on_maintenance:
         failure_policy["rules"] = [{
@@ -155,7 +152,7 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
             "action": "RestartJobSetAndIgnoreMaxRestarts",
             "onJobFailureReasons": ["PodFailurePolicy"],
         }]
-    manifest: Json = {
+    return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
         "metadata": {
@@ -172,13 +169,20 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
             }],
         },
     }
+
+
+def lower_jobset(ctx: Context, plan: StagePlan) -> Json:
+    """The resource template of a multi-node stage."""
+    check_distributed(ctx, plan)
+    meta = stage_metadata(ctx, plan.stage)
+    manifest = jobset_manifest(ctx, plan, meta)
     template: Json = {
-        "name": task,
+        "name": plan.task,
         "outputs": {"parameters": [{"name": "jobset-name", "valueFrom": {
             "jsonPath": "{.metadata.name}"}}]},
         "metadata": meta,
     }
-    m = memoize(ctx, stage, cache_static(stage) if is_on(stage.cache) else "", io, {})
+    m = memoize(ctx, plan, {})
     if m is not None:
         template["memoize"] = m
     template["resource"] = {
@@ -188,4 +192,4 @@ def lower_distributed(ctx: Context, index: int, stage: Stage, task: str) -> Lowe
         "failureCondition": FAILURE_CONDITION,
         "manifest": dump_document(manifest),
     }
-    return LoweredStage(stage, task, task, [template], io, {})
+    return template

@@ -8,7 +8,6 @@ the lowering document and the tests have one place to point at.  Expressions are
 
 from __future__ import annotations
 
-from durapipe.dsl.model import Retry
 from durapipe.runtime import contract
 
 _MSG = "lastRetry.message"
@@ -37,7 +36,15 @@ def _any_message(markers: tuple[str, ...]) -> str:
 
 
 def preempted() -> str:
-    """True when the last attempt was preempted (wrapper exit 143 or a preemption message)."""
+    """True when the last attempt was preempted (wrapper exit 143 or a preemption message).
+
+    This is every leaf's ``retryStrategy.expression``: Argo has one ``limit`` per
+    retryStrategy and shows the expression only the last attempt, so one retryStrategy cannot
+    keep two budgets.  Each leaf task therefore retries preemptions (its ``limit`` is the
+    preemption budget) and ends on anything else; an application failure starts the next
+    application attempt's task, an OOM kill the next rung's, a CUDA OOM with
+    ``gpu_oom = "fail"`` nothing (``app_failure_condition``).
+    """
     return f"(lastRetry.exitCode == '{contract.EXIT_PREEMPTED}' || {_any_message(PREEMPTION_MARKERS)})"
 
 
@@ -49,29 +56,16 @@ def gpu_oom() -> str:
     return f"(lastRetry.exitCode == '{contract.EXIT_GPU_OOM}' || {_any_message(GPU_OOM_MARKERS)})"
 
 
-def expression(retry: Retry, *, has_ladder: bool) -> str:
-    """``retryStrategy.expression`` of every leaf: retry preemptions, nothing else.
-
-    Argo has one ``limit`` per retryStrategy and shows the expression only the last attempt, so
-    one retryStrategy cannot keep two budgets.  Each leaf task therefore retries preemptions
-    (its ``limit`` is the preemption budget) and ends on anything else; an application failure
-    starts the next application attempt's task, an OOM kill the next rung's, a CUDA OOM with
-    ``gpu_oom = "fail"`` nothing (``app_failure_condition``).
-    """
-    del retry, has_ladder  # the classification of what ends a task is in the DAG conditions
-    return preempted()
-
-
 # -- DAG conditions of the variant grid --------------------------------------------------------
 #
-# No nil-safe operators (`?.`, `??`) here: Argo substitutes `{{=...}}` in several passes, and an
-# expression that evaluates without error in an early pass (where `tasks` is not yet in scope)
-# is frozen to that value.  Without them the early passes fail to resolve and leave the tag for
-# the DAG's own pass, where every predecessor named in `depends` has a status.  `exitCode` is
-# read with `get()`: the DAG pass resolves strictly, and a static member path such as
-# `tasks['x'].exitCode` to a task that never ran (so has no exit code) is a "missing variable"
-# that requeues the workflow forever (verified on Argo's controller:
-# tests/compiler/test_argo_controller.py).
+# `tasks[...]` is never read nil-safe (no `tasks?.[...]`): Argo substitutes `{{=...}}` in
+# several passes, and an expression that evaluates without error in an early pass (where
+# `tasks` is not yet in scope) is frozen to that value.  A strict `tasks['x']` fails to resolve
+# in those passes and leaves the tag for the DAG's own pass, where every predecessor named in
+# `depends` has a status.  Only the exit code may be missing there (a task that never ran has
+# none), so it is read with `get()` and, where "none" is a case, defaulted with `?? ''`: a
+# static member path `tasks['x'].exitCode` would be a "missing variable" that requeues the
+# workflow forever (verified on Argo's controller: tests/compiler/test_argo_controller.py).
 
 
 def oom_condition(task: str) -> str:
@@ -106,7 +100,7 @@ def preempted_exit_condition(task: str) -> str:
     )
 
 
-def app_failure_condition(task: str, rule: Retry, *, has_ladder: bool) -> str:
+def app_failure_condition(task: str, gpu_oom: str, *, has_ladder: bool) -> str:
     """The task ended in an application failure, so the next application attempt runs.
 
     Read from the exit code, the only thing a DAG condition sees: any exit code except none
@@ -117,7 +111,7 @@ def app_failure_condition(task: str, rule: Retry, *, has_ladder: bool) -> str:
     stop = ["''", "'-1'", f"'{contract.EXIT_PREEMPTED}'"]
     if has_ladder:
         stop.append(f"'{contract.EXIT_HOST_OOM}'")
-    if rule.gpu_oom == "fail":
+    if gpu_oom == "fail":
         stop.append(f"'{contract.EXIT_GPU_OOM}'")
     return (
         f"tasks['{task}'].status in ['Failed', 'Error'] && "

@@ -1,0 +1,344 @@
+"""A stage's pod, from its plan: containers, environment, volumes, resources and scheduling.
+
+Shared by the single-pod and grid lowerings (``argo_stage``) and the JobSet pods of multi-node
+stages (``argo_jobset``).  Dicts are built in output order; the serializer never sorts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from durapipe.compiler import memo, naming
+from durapipe.compiler.argo_text import input_path, render_text
+from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
+from durapipe.compiler.plan import (
+    RUNTIME_ROOT,
+    Site,
+    StagePlan,
+    Variant,
+    cache_static,
+    checkpoint_line,
+    contract_env,
+    grace_for_runtime,
+)
+from durapipe.dsl import catalog, units
+from durapipe.dsl.model import Secret, Stage
+from durapipe.runtime import contract
+
+Json = dict[str, Any]
+
+RUNTIME_VOLUME = "durapipe"
+ZIPAPP = f"{contract.RUNTIME_INSTALL_DIR}/{contract.RUNTIME_ZIPAPP_NAME}"
+OUTPUT_HASH_DIR = f"{RUNTIME_ROOT}/outputs"
+CHECKPOINT_VOLUME = "durapipe-checkpoint"
+SHM_VOLUME = "dshm"
+INSTALL_CONTAINER = "durapipe-install"
+UPLOAD_SIDECAR = "durapipe-uploader"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "durapipe"}
+LABEL_PIPELINE = "durapipe.dev/pipeline"
+LABEL_STAGE = "durapipe.dev/stage"
+RUN_ID = "{{workflow.name}}"
+
+
+# -- scheduling: GPUs, spot, tolerations -------------------------------------------------------
+
+
+def gpu_label(ctx: Context) -> str:
+    return ctx.pipeline.cluster.gpu_label or ctx.profile.gpu_label
+
+
+def gpu_product(ctx: Context, gpu_type: str, loc: Loc) -> str | None:
+    products = {**ctx.profile.gpu_products, **ctx.pipeline.cluster.gpu_products}
+    value = products.get(gpu_type)
+    if value is None:
+        ctx.error(
+            "P0406",
+            f"GPU type `{gpu_type}` has no node label value in cluster profile "
+            f"`{ctx.profile.name}`",
+            loc,
+            help=f'add `cluster {{ gpu_products {{ {gpu_type} = "..." }} }}`',
+        )
+    return value
+
+
+def spot_selector(ctx: Context) -> dict[str, str]:
+    return dict(ctx.pipeline.cluster.spot_selector or ctx.profile.spot_selector)
+
+
+def on_demand_selector(ctx: Context) -> dict[str, str]:
+    return dict(ctx.pipeline.cluster.on_demand_selector or ctx.profile.on_demand_selector)
+
+
+def _preferred_types(ctx: Context, products: list[str]) -> Json:
+    """Any listed GPU type will do, the earlier ones preferred (no fallback wait)."""
+    label = gpu_label(ctx)
+
+    def term(values: list[str]) -> Json:
+        return {"matchExpressions": [{"key": label, "operator": "In", "values": values}]}
+
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [term(products)]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": max(1, 100 - 10 * i), "preference": term([product])}
+                for i, product in enumerate(products)
+            ],
+        }
+    }
+
+
+def scheduling(ctx: Context, plan: StagePlan, variant: Variant) -> Json:
+    """``nodeSelector``, ``affinity`` and ``tolerations`` of one variant."""
+    loc: Loc = ("stages", plan.index, "resources", "gpu")
+    stage = plan.stage
+    selector: dict[str, str] = {}
+    affinity: Json | None = None
+    tolerations: list[Json] = []
+    gpu = stage.resources.gpu
+    if stage.interruptible:
+        selector.update(spot_selector(ctx))
+        tolerations.extend(_toleration(t) for t in ctx.profile.spot_tolerations)
+    if gpu is not None:
+        if variant.gpu is not None:
+            product = gpu_product(ctx, variant.gpu.type, loc)
+            if product is not None:
+                selector[gpu_label(ctx)] = product
+        elif gpu.types:
+            products: list[str] = []
+            for choice in gpu.types:
+                value = gpu_product(ctx, choice.type, loc)
+                if value is not None and value not in products:
+                    products.append(value)
+            affinity = _preferred_types(ctx, products)
+        tolerations.append(
+            {"key": ctx.pipeline.cluster.gpu_resource, "operator": "Exists",
+             "effect": "NoSchedule"}
+        )
+    out: Json = {}
+    if selector:
+        out["nodeSelector"] = dict(sorted(selector.items()))
+    if affinity is not None:
+        out["affinity"] = affinity
+    if tolerations:
+        out["tolerations"] = tolerations
+    return out
+
+
+def _toleration(t: catalog.Toleration) -> Json:
+    out: Json = {"key": t.key, "operator": t.operator}
+    if t.value is not None:
+        out["value"] = t.value
+    out["effect"] = t.effect
+    return out
+
+
+def container_resources(ctx: Context, stage: Stage, variant: Variant) -> Json:
+    res = stage.resources
+    requests: Json = {}
+    limits: Json = {}
+    if res.cpu is not None:
+        requests["cpu"] = units.format_millicpu(res.cpu)
+    if variant.memory is not None:
+        requests["memory"] = limits["memory"] = units.format_bytes(variant.memory)
+    if res.ephemeral_storage is not None:
+        size = units.format_bytes(res.ephemeral_storage)
+        requests["ephemeral-storage"] = limits["ephemeral-storage"] = size
+    if variant.gpu_count is not None:
+        limits[ctx.pipeline.cluster.gpu_resource] = str(variant.gpu_count)
+    out: Json = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+# -- the runtime: env, volumes, init container, sidecar ---------------------------------------
+
+
+def cluster_site(ctx: Context, plan: StagePlan, attempt: str, *,
+                 inputs: bool = True) -> Site:
+    """The contract's pod-side values: Argo's run name, the pod's own paths."""
+    pipeline, stage = ctx.pipeline, plan.stage
+    ckpt = stage.checkpoint
+    declared = {
+        name: input_path(ref.path[0], ref.path[2])
+        for name, ref in sorted(stage.inputs.items()) if ref.is_output
+    } if inputs else {}
+    return Site(
+        run_id=RUN_ID, attempt=attempt, outputs=stage.outputs,
+        output_hash_dir=OUTPUT_HASH_DIR, termination_log=contract.DEFAULT_TERMINATION_LOG,
+        inputs=declared, store_uri=pipeline.storage,
+        checkpoint_uri=checkpoint_line(pipeline.storage or "", pipeline.name, stage.name,
+                                       ckpt.scope, RUN_ID) if ckpt is not None else "",
+        checkpoint_path=ckpt.path if ckpt is not None else "",
+        grace_seconds=grace_for_runtime(plan.pod.grace_seconds), upload_sidecar=True,
+    )
+
+
+def env_list(pairs: list[tuple[str, str]]) -> list[Json]:
+    return [{"name": name, "value": value} for name, value in pairs]
+
+
+def pod_env(ctx: Context, plan: StagePlan, variant: Variant, attempt: str, *,
+            inputs: bool = True) -> list[Json]:
+    site = cluster_site(ctx, plan, attempt, inputs=inputs)
+    return env_list(contract_env(ctx.pipeline, plan, variant, site))
+
+
+def user_env(ctx: Context, plan: StagePlan) -> list[Json]:
+    env: list[Json] = []
+    stage = plan.stage
+    for name in sorted(stage.env):
+        value = stage.env[name]
+        loc: Loc = ("stages", plan.index, "env", name)
+        if isinstance(value, Secret):
+            env.append({"name": name, "valueFrom": {
+                "secretKeyRef": {"name": value.name, "key": value.key}}})
+        else:
+            env.append({"name": name, "value": render_text(ctx, value, loc)})
+    return env
+
+
+def store_env_from(ctx: Context) -> list[Json]:
+    if ctx.pipeline.storage_secret:
+        return [{"secretRef": {"name": ctx.pipeline.storage_secret}}]
+    return []
+
+
+def volumes(plan: StagePlan) -> list[Json]:
+    out: list[Json] = [{"name": RUNTIME_VOLUME, "emptyDir": {}}]
+    if plan.pod.checkpoint_mount is not None:
+        out.append({"name": CHECKPOINT_VOLUME, "emptyDir": {}})
+    if plan.pod.shm is not None:
+        out.append({"name": SHM_VOLUME, "emptyDir": {
+            "medium": "Memory", "sizeLimit": units.format_bytes(plan.pod.shm)}})
+    return out
+
+
+def _runtime_mounts(plan: StagePlan) -> list[Json]:
+    out: list[Json] = [{"name": RUNTIME_VOLUME, "mountPath": RUNTIME_ROOT}]
+    if plan.pod.checkpoint_mount is not None:
+        out.append({"name": CHECKPOINT_VOLUME, "mountPath": plan.pod.checkpoint_mount})
+    return out
+
+
+def main_mounts(plan: StagePlan) -> list[Json]:
+    out = _runtime_mounts(plan)
+    if plan.pod.shm is not None:
+        out.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    return out
+
+
+def init_container(ctx: Context) -> Json:
+    return {
+        "name": INSTALL_CONTAINER,
+        "image": ctx.options.runtime_image,
+        "command": ["cp", RUNTIME_IMAGE_ZIPAPP, ZIPAPP],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
+        "volumeMounts": [{
+            "name": RUNTIME_VOLUME,
+            "mountPath": contract.RUNTIME_INSTALL_DIR,
+            "subPath": "bin",
+        }],
+    }
+
+
+def fill_main_container(ctx: Context, plan: StagePlan, variant: Variant, main: Json,
+                        env: list[Json]) -> Json | None:
+    """Add what every stage's main container has (working dir, env, store credentials,
+    resources, mounts) to ``main``; return the upload sidecar when the stage checkpoints."""
+    stage = plan.stage
+    if stage.workdir is not None:
+        main["workingDir"] = stage.workdir
+    main["env"] = env
+    env_from = store_env_from(ctx)
+    if env_from:
+        main["envFrom"] = env_from
+    resources = container_resources(ctx, stage, variant)
+    if resources:
+        main["resources"] = resources
+    main["volumeMounts"] = main_mounts(plan)
+    if not plan.pod.sidecar:
+        return None
+    sidecar_env = [e for e in env if str(e.get("name", "")).startswith("DURAPIPE_")]
+    return upload_sidecar(ctx, plan, sidecar_env)
+
+
+def upload_sidecar(ctx: Context, plan: StagePlan, env: list[Json]) -> Json:
+    sidecar: Json = {
+        "name": UPLOAD_SIDECAR,
+        "image": ctx.options.runtime_image,
+        "command": ["python3", RUNTIME_IMAGE_ZIPAPP, "agent"],
+        "env": env,
+    }
+    env_from = store_env_from(ctx)
+    if env_from:
+        sidecar["envFrom"] = env_from
+    sidecar["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}}
+    sidecar["volumeMounts"] = _runtime_mounts(plan)
+    return sidecar
+
+
+def user_argv(ctx: Context, plan: StagePlan) -> tuple[list[str], list[str]]:
+    """The user's command and args, rendered (a script stage's command is ``sh``)."""
+    stage, index = plan.stage, plan.index
+    args = [render_text(ctx, a, ("stages", index, "args", i)) for i, a in enumerate(stage.args)]
+    if stage.command is None:
+        return ["sh"], args
+    command = [render_text(ctx, c, ("stages", index, "command", i))
+               for i, c in enumerate(stage.command)]
+    return command, args
+
+
+def wrapped_command(ctx: Context, plan: StagePlan) -> tuple[list[str], list[str]]:
+    """(command, args) of the main container: the runtime wrapper, then the user's argv."""
+    command, args = user_argv(ctx, plan)
+    return ["python3", ZIPAPP, "exec", "--", *command], args
+
+
+def stage_metadata(ctx: Context, stage: Stage) -> Json:
+    labels = {LABEL_PIPELINE: ctx.pipeline.name, LABEL_STAGE: stage.name}
+    labels.update(stage.labels)
+    meta: Json = {"labels": dict(sorted(labels.items()))}
+    if stage.annotations:
+        meta["annotations"] = dict(sorted(stage.annotations.items()))
+    return meta
+
+
+def memoize(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str]) -> Json | None:
+    cache = plan.stage.cache
+    if cache is None:
+        return None
+    upstream = {f"{s}.{o}": name for (s, o), name in hash_inputs.items()}
+    return {
+        "key": memo.key_expression(cache_static(plan.stage), sorted(plan.params), upstream),
+        "maxAge": units.format_seconds(cache.max_age) if cache.max_age is not None else "",
+        "cache": {"configMap": {"name": naming.cache_configmap(ctx.pipeline.name)}},
+    }
+
+
+def pod_spec_patch(ctx: Context, plan: StagePlan, limit: int) -> str | None:
+    """Template ``podSpecPatch``: grace period, and the last attempt on on-demand capacity."""
+    stage = plan.stage
+    patch: Json = {}
+    if plan.pod.grace_seconds is not None:
+        patch["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
+    if stage.interruptible and stage.last_attempt_on_demand and limit > 0:
+        spot = spot_selector(ctx)
+        demand = on_demand_selector(ctx)
+        selector: Json = {}
+        for key in sorted(spot):
+            if key in demand:
+                selector[key] = (
+                    f"{{{{=asInt(retries) >= {limit} ? '{demand[key]}' : '{spot[key]}'}}}}"
+                )
+        if selector:
+            patch["nodeSelector"] = selector
+    if not patch:
+        return None
+    return json.dumps(patch, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,410 @@
+"""One stage's plan as Argo templates, by a dispatch table on the stage's kind.
+
+- ``pod``: one task, one leaf template (a container or script);
+- ``grid``: a stage DAG over its tasks (application attempts x OOM rungs x GPU types), a leaf
+  per task, a join, and with a ladder the "memory exhausted" task;
+- ``jobset``: a resource template creating a JobSet (``argo_jobset``).
+
+The tasks and the conditions between them are decided in the plan (``plan.plan_tasks``); the
+expression text of those conditions comes from ``argo_retry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from durapipe.compiler import argo_retry
+from durapipe.compiler.argo_jobset import lower_jobset
+from durapipe.compiler.argo_pod import (
+    OUTPUT_HASH_DIR,
+    fill_main_container,
+    init_container,
+    memoize,
+    on_demand_selector,
+    pod_env,
+    pod_spec_patch,
+    scheduling,
+    spot_selector,
+    stage_metadata,
+    user_env,
+    volumes,
+    wrapped_command,
+)
+from durapipe.compiler.argo_text import (
+    artifact_input_name,
+    check_literal,
+    hash_param_name,
+    input_path,
+    render_ref,
+    upstream_hash_input,
+)
+from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.plan import Pred, StagePlan, TaskPlan
+from durapipe.dsl import units
+from durapipe.runtime import contract
+
+Json = dict[str, Any]
+
+
+@dataclass
+class LoweredStage:
+    """A stage's templates and the interface its DAG task needs."""
+
+    plan: StagePlan
+    templates: list[Json]
+    #: Input parameter names of the stage's template, by (upstream stage, output).
+    hash_inputs: dict[tuple[str, str], str]
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def check_gpu(ctx: Context, plan: StagePlan) -> None:
+    stage, loc = plan.stage, ("stages", plan.index, "resources", "gpu")
+    gpu = stage.resources.gpu
+    if gpu is not None and gpu.fallback_after is not None and len(gpu.types) > 1:
+        if ctx.options.argo_version == "3.7":
+            ctx.error(
+                "P0401",
+                "GPU fallback after a queue wait needs `pendingTimeout` (Argo 4.1)",
+                (*loc, "fallback_after"),
+                help="target `--argo-version 4.1`, or drop `fallback_after` to accept any "
+                "listed type",
+            )
+    elif gpu is not None and len({t.count for t in gpu.types}) > 1:
+        ctx.error(
+            "P0406",
+            f"stage `{stage.name}` lists GPU types with different counts but no "
+            "`fallback_after`",
+            loc,
+            help="set `fallback_after` so each type runs as its own attempt",
+        )
+
+
+def check_texts(ctx: Context, plan: StagePlan) -> None:
+    """User text that reaches Argo fields of a pod stage, and the references of its inputs."""
+    stage, loc = plan.stage, ("stages", plan.index)
+    if stage.script is not None and stage.args:
+        ctx.error("P0319", "`args` has no effect on a `script` stage", (*loc, "args"))
+    for name, ref in sorted(stage.inputs.items()):
+        render_ref(ctx, ref, (*loc, "inputs", name))
+    if stage.workdir is not None:
+        check_literal(ctx, stage.workdir, (*loc, "workdir"))
+    if stage.script is not None:
+        check_literal(ctx, stage.script, (*loc, "script"))
+    for name, path in sorted(stage.outputs.items()):
+        check_literal(ctx, path, (*loc, "outputs", name))
+    if stage.checkpoint is not None:
+        check_literal(ctx, stage.checkpoint.path, (*loc, "checkpoint", "path"))
+    for field_name, mapping in (("labels", stage.labels), ("annotations", stage.annotations)):
+        for key, value in sorted(mapping.items()):
+            check_literal(ctx, value, (*loc, field_name, key))
+
+
+# -- leaf templates ---------------------------------------------------------------------------
+
+
+def template_inputs(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], *,
+                    leaf: bool) -> Json:
+    inputs: Json = {}
+    if hash_inputs:
+        inputs["parameters"] = [{"name": hash_inputs[k]} for k in sorted(hash_inputs)]
+    if plan.upstream:
+        arts: list[Json] = []
+        for up_stage, output in sorted(plan.upstream):
+            art: Json = {"name": artifact_input_name(up_stage, output)}
+            if leaf:
+                art["path"] = input_path(up_stage, output)
+            arts.append(art)
+        inputs["artifacts"] = arts
+    return inputs
+
+
+def leaf_outputs(plan: StagePlan) -> Json:
+    outputs = plan.stage.outputs
+    if not outputs:
+        return {}
+    names = sorted(outputs)
+    return {
+        "parameters": [
+            {"name": hash_param_name(n), "valueFrom": {
+                "path": f"{OUTPUT_HASH_DIR}/{n}{contract.OUTPUT_HASH_SUFFIX}", "default": ""}}
+            for n in names
+        ],
+        "artifacts": [{"name": n, "path": outputs[n]} for n in names],
+    }
+
+
+def retry_strategy(plan: StagePlan, limit: int) -> Json | None:
+    """A leaf's ``retryStrategy``: preemptions only (application attempts are tasks)."""
+    if limit == 0:
+        return None
+    out: Json = {"limit": str(limit), "retryPolicy": "Always",
+                 "expression": argo_retry.preempted()}
+    backoff = plan.budgets.backoff
+    if backoff is not None:
+        out["backoff"] = {
+            "duration": units.format_seconds(backoff.seconds),
+            "factor": str(backoff.factor),
+            "cap": units.format_seconds(backoff.cap),
+        }
+    return out
+
+
+def attempt_text(task: TaskPlan, retried: bool) -> str:
+    """``DURAPIPE_ATTEMPT``: the task's first attempt plus Argo's ``retries`` within it."""
+    if not retried:
+        return str(task.first_attempt)
+    if task.first_attempt:
+        return "{{=asInt(retries) + " + str(task.first_attempt) + "}}"
+    return "{{retries}}"
+
+
+def on_demand_outright(ctx: Context, selector: dict[str, str]) -> dict[str, str]:
+    """A task that runs once and is the stage's last attempt: on-demand capacity outright."""
+    spot = spot_selector(ctx)
+    demand = {k: v for k, v in on_demand_selector(ctx).items() if k in spot}
+    return dict(sorted({**selector, **demand}.items()))
+
+
+def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json | None,
+                   t: Json) -> None:
+    """The leaf's main container (or script) and its upload sidecar, into ``t``."""
+    stage = plan.stage
+    command, args = wrapped_command(ctx, plan)
+    env = pod_env(ctx, plan, task.variant, attempt_text(task, strategy is not None))
+    main: Json = {"image": stage.image, "command": command}
+    if stage.script is not None:
+        main["source"] = stage.script
+    elif args:
+        main["args"] = args
+    sidecar = fill_main_container(ctx, plan, task.variant, main, env + user_env(ctx, plan))
+    t["script" if stage.script is not None else "container"] = main
+    if sidecar is not None:
+        t["sidecars"] = [sidecar]
+
+
+def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
+         hash_inputs: dict[tuple[str, str], str]) -> Json:
+    """The template one task runs: a pod of one variant, with its preemption retries."""
+    stage, single = plan.stage, plan.kind == "pod"
+    strategy = retry_strategy(plan, task.limit)
+    t: Json = {"name": task.name}
+    inputs = template_inputs(plan, hash_inputs if single else {}, leaf=True)
+    if inputs:
+        t["inputs"] = inputs
+    outputs = leaf_outputs(plan)
+    if outputs:
+        t["outputs"] = outputs
+    t["metadata"] = stage_metadata(ctx, stage)
+    t.update(scheduling(ctx, plan, task.variant))
+    if task.last and strategy is None and stage.interruptible and stage.last_attempt_on_demand:
+        t["nodeSelector"] = on_demand_outright(ctx, t.get("nodeSelector", {}))
+    if stage.timeout is not None:
+        t["activeDeadlineSeconds"] = str(stage.timeout)
+    if task.probe and task.variant.pending_timeout is not None:
+        t["pendingTimeout"] = units.format_seconds(task.variant.pending_timeout)
+    if strategy is not None:
+        t["retryStrategy"] = strategy
+    if single:
+        m = memoize(ctx, plan, hash_inputs)
+        if m is not None:
+            t["memoize"] = m
+    patch = pod_spec_patch(ctx, plan, task.limit if (strategy is not None and task.last) else 0)
+    if patch is not None:
+        t["podSpecPatch"] = patch
+    t["volumes"] = volumes(plan)
+    t["initContainers"] = [init_container(ctx)]
+    main_container(ctx, plan, task, strategy, t)
+    return t
+
+
+# -- the stage DAG of a grid ------------------------------------------------------------------
+
+
+def join_name(task: str) -> str:
+    return f"{task}-done"
+
+
+def join_template(task: str) -> Json:
+    """A pod-less no-op (a zero-length suspend) that succeeds when any variant did."""
+    return {"name": join_name(task), "suspend": {"duration": "0"}}
+
+
+def oom_exhausted_name(task: str) -> str:
+    return f"{task}-oom-exhausted"
+
+
+def oom_exhausted_template(ctx: Context, plan: StagePlan) -> Json:
+    stage = plan.stage
+    sizes = ", ".join(units.format_bytes(m or 0) for m in plan.rungs)
+    message = (
+        f"durapipe: stage {stage.name} ran out of memory at every size of its OOM ladder "
+        f"({sizes}); raise the last size of retry.on_oom.memory"
+    )
+    return {
+        "name": oom_exhausted_name(plan.task),
+        "metadata": stage_metadata(ctx, stage),
+        "container": {
+            "image": ctx.options.runtime_image,
+            "command": ["python3", "-c", f"import sys; sys.exit({message!r})"],
+            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        },
+    }
+
+
+def condition(plan: StagePlan, pred: Pred) -> str:
+    """The expression text of one predecessor link."""
+    if pred.because == "oom":
+        return argo_retry.oom_condition(pred.task)
+    if pred.because == "fallback":
+        return argo_retry.fallback_condition(pred.task)
+    if pred.because == "preempted":
+        return argo_retry.preempted_exit_condition(pred.task)
+    return argo_retry.app_failure_condition(pred.task, plan.budgets.gpu_oom,
+                                            has_ladder=plan.has_ladder)
+
+
+def grid_task(plan: StagePlan, task: TaskPlan, arts: list[Json]) -> Json:
+    out: Json = {"name": task.name, "template": task.name}
+    preds = task.preds
+    if preds:
+        out["depends"] = " || ".join(
+            f"({p.task}.Failed || {p.task}.Errored)" if len(preds) > 1 else
+            f"{p.task}.Failed || {p.task}.Errored" for p in preds)
+        out["when"] = "{{=" + " || ".join(f"({condition(plan, p)})" for p in preds) + "}}"
+    if arts:
+        out["arguments"] = {"artifacts": arts}
+    return out
+
+
+def grid_tasks(plan: StagePlan) -> list[Json]:
+    """The stage DAG's tasks: application attempts chain, OOM rungs climb, GPU types fall
+    back; a join makes the stage succeed when any task did."""
+    arts = [
+        {"name": artifact_input_name(s, o),
+         "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
+        for s, o in sorted(plan.upstream)
+    ]
+    tasks = [grid_task(plan, task, arts) for task in plan.tasks]
+    names = [task.name for task in plan.tasks]
+    exhausted = oom_exhausted_name(plan.task)
+    if plan.has_ladder:
+        last_rung = [t.name for t in plan.tasks if t.variant.rung == len(plan.rungs) - 1]
+        tasks.append({
+            "name": exhausted,
+            "template": exhausted,
+            "depends": " || ".join(f"{n}.Failed" for n in last_rung),
+            "when": "{{=" + " || ".join(
+                f"({argo_retry.oom_condition(n)})" for n in last_rung) + "}}",
+        })
+    # The join is the DAG's only leaf.  Argo derives a DAG's phase from its leaves, and an
+    # omitted leaf inherits the *worst* phase of the branches that reach it, so without a join
+    # a rung that failed before a later rung succeeded would fail the stage.
+    tasks.append({
+        "name": join_name(plan.task),
+        "template": join_name(plan.task),
+        "depends": " || ".join(
+            [f"{n}.Succeeded" for n in names]
+            + ([f"{exhausted}.Succeeded"] if plan.has_ladder else [])),
+    })
+    return tasks
+
+
+def _pick(tasks: list[str], field_path: str, otherwise: str) -> str:
+    """The field of the first task that succeeded."""
+    expr = otherwise
+    for index in range(len(tasks) - 1, -1, -1):
+        ref = f"tasks['{tasks[index]}']"
+        expr = f"{ref}.status == 'Succeeded' ? {ref}.{field_path} : {expr}"
+        if index:
+            expr = f"({expr})"
+    return expr
+
+
+def grid_outputs(plan: StagePlan) -> Json:
+    """The stage's outputs: those of whichever task succeeded."""
+    names = [task.name for task in plan.tasks]
+    outputs = sorted(plan.stage.outputs)
+    last = names[-1]
+    return {
+        "parameters": [
+            {"name": hash_param_name(n), "valueFrom": {
+                "expression": _pick(names, f"outputs.parameters['{hash_param_name(n)}']",
+                                    "''")}}
+            for n in outputs
+        ],
+        "artifacts": [
+            {"name": n, "fromExpression": _pick(
+                names, f"outputs.artifacts['{n}']",
+                f"tasks['{last}'].outputs.artifacts['{n}']")}
+            for n in outputs
+        ],
+    }
+
+
+def grid_template(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str]) -> Json:
+    t: Json = {"name": plan.task}
+    inputs = template_inputs(plan, hash_inputs, leaf=False)
+    if inputs:
+        t["inputs"] = inputs
+    if plan.stage.outputs:
+        t["outputs"] = grid_outputs(plan)
+    m = memoize(ctx, plan, hash_inputs)
+    if m is not None:
+        t["memoize"] = m
+    t["dag"] = {"tasks": grid_tasks(plan)}
+    return t
+
+
+# -- the dispatch table -----------------------------------------------------------------------
+
+
+def hash_inputs_of(plan: StagePlan) -> dict[tuple[str, str], str]:
+    """A cached stage's key reads the content hashes of the upstream outputs it uses."""
+    if not plan.cached:
+        return {}
+    return {(s, o): upstream_hash_input(s, o) for s, o in plan.upstream}
+
+
+def lower_pod(ctx: Context, plan: StagePlan) -> LoweredStage:
+    check_gpu(ctx, plan)
+    check_texts(ctx, plan)
+    hash_inputs = hash_inputs_of(plan)
+    (task,) = plan.tasks
+    return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
+
+
+def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
+    check_gpu(ctx, plan)
+    check_texts(ctx, plan)
+    if len(plan.tasks) > ctx.options.max_tasks - 2:
+        loc: Loc = ("stages", plan.index, "retry", "attempts")
+        ctx.error("P0403", f"stage `{plan.stage.name}` would need {len(plan.tasks)} tasks "
+                  "(memory rungs x GPU types x application attempts), over Argo's 200 per DAG",
+                  loc, help="lower `retry.attempts` or the ladder")
+    hash_inputs = hash_inputs_of(plan)
+    leaves = [leaf(ctx, plan, task, hash_inputs) for task in plan.tasks]
+    extra = [oom_exhausted_template(ctx, plan)] if plan.has_ladder else []
+    extra.append(join_template(plan.task))
+    return LoweredStage(plan, [grid_template(ctx, plan, hash_inputs), *leaves, *extra],
+                        hash_inputs)
+
+
+def lower_distributed(ctx: Context, plan: StagePlan) -> LoweredStage:
+    return LoweredStage(plan, [lower_jobset(ctx, plan)], {})
+
+
+LOWERERS: dict[str, Callable[[Context, StagePlan], LoweredStage]] = {
+    "pod": lower_pod,
+    "grid": lower_grid,
+    "jobset": lower_distributed,
+}
+
+
+def lower_stage(ctx: Context, plan: StagePlan) -> LoweredStage:
+    check_literal(ctx, plan.stage.image, ("stages", plan.index, "image"))
+    return LOWERERS[plan.kind](ctx, plan)

@@ -1,0 +1,80 @@
+"""Text in Argo fields: references as Argo expressions, and user text Argo must not template.
+
+Every name the Argo objects use for a data edge (artifact inputs, hash parameters, the paths
+inputs land on) is made here, so the stage and the workflow agree on them.
+"""
+
+from __future__ import annotations
+
+from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.plan import RUNTIME_ROOT
+from durapipe.dsl.model import Ref, Text
+
+INPUTS_ROOT = f"{RUNTIME_ROOT}/inputs"
+
+
+def check_literal(ctx: Context, text: str, loc: Loc, *, before_ref: bool = False) -> str:
+    """User text that reaches a templated Argo field: refuse anything Argo would substitute."""
+    if "{{" in text or (before_ref and text.endswith("{")):
+        ctx.error(
+            "P0404",
+            f"{text[:60]!r} contains `{{{{`, which Argo would treat as a template",
+            loc,
+            help="Argo has no escape for `{{`; build this text inside the command at run time",
+        )
+    return text
+
+
+def input_path(stage: str, output: str) -> str:
+    return f"{INPUTS_ROOT}/{stage}/{output}"
+
+
+def artifact_input_name(stage: str, output: str) -> str:
+    return f"in-{stage}-{output}"
+
+
+def hash_param_name(output: str) -> str:
+    return f"{output}-hash"
+
+
+def upstream_hash_input(stage: str, output: str) -> str:
+    return f"{stage}-{output}-hash"
+
+
+def render_ref(ctx: Context, ref: Ref, loc: Loc) -> str:
+    """A reference as the pod sees it: a workflow parameter, or the path an input lands on."""
+    if ref.is_param:
+        name = ref.path[1]
+        try:
+            ctx.pipeline.param(name)
+        except KeyError:
+            ctx.error("P0301", f"unknown param `{name}`", loc)
+        return "{{workflow.parameters." + name + "}}"
+    if ref.is_output:
+        stage, _, output = ref.path
+        try:
+            upstream = ctx.pipeline.stage(stage)
+        except KeyError:
+            ctx.error("P0301", f"unknown stage `{stage}`", loc)
+            return ""
+        if output not in upstream.outputs:
+            ctx.error("P0301", f"stage `{stage}` has no output `{output}`", loc)
+        return input_path(stage, output)
+    ctx.error("P0405", f"`{ref}` has no value here", loc, help=f"write `needs = [{ref}]`")
+    return ""
+
+
+def render_text(ctx: Context, value: Text, loc: Loc) -> str:
+    if isinstance(value, str):
+        return check_literal(ctx, value, loc)
+    if isinstance(value, Ref):
+        return render_ref(ctx, value, loc)
+    out: list[str] = []
+    parts = value.parts
+    for index, part in enumerate(parts):
+        if isinstance(part, str):
+            follows_ref = index + 1 < len(parts) and isinstance(parts[index + 1], Ref)
+            out.append(check_literal(ctx, part, loc, before_ref=follows_ref))
+        else:
+            out.append(render_ref(ctx, part, loc))
+    return "".join(out)

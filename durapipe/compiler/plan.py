@@ -1,0 +1,560 @@
+"""The stage plan: every decision about how a stage runs, made once, for both executors.
+
+``plan_pipeline`` turns the validated model into frozen, typed decisions (the order of the
+stages and, per stage, its variants, its tasks and their conditions, its budgets, its pod's
+shape and the inputs its references name).  Two executors read the same plan:
+
+- the Argo lowering (``argo_stage``, ``argo_pod``, ``argo_jobset``, ``argo_workflow``) writes
+  it as Argo objects;
+- ``durapipe run`` (``durapipe/runner``) runs it as local processes.
+
+Nothing here knows Argo's field names or expression syntax, and nothing here reports
+diagnostics: the plan of an invalid model is still well-formed, and each executor says what it
+cannot carry out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from durapipe.compiler import memo, naming
+from durapipe.dsl import units
+from durapipe.dsl.model import GpuChoice, Interp, Pipeline, Ref, Retry, Secret, Stage, Text
+from durapipe.runtime import contract
+
+#: ``retry.backoff`` cap when ``max_backoff`` is not set (seconds).
+DEFAULT_BACKOFF_CAP = 600
+#: Seconds the runtime keeps for itself out of the pod's grace period (verdict, last upload).
+GRACE_MARGIN = 15
+#: The runtime's own directory in every pod (its volume holds the zipapp, inputs, outputs).
+RUNTIME_ROOT = "/var/run/durapipe"
+#: JSON ``{input name: local path}`` of a stage's declared inputs (compiler-side extension of
+#: the runtime contract; the runtime may read it, user code usually does).
+ENV_INPUTS = "DURAPIPE_INPUTS"
+
+StageKind = Literal["pod", "grid", "jobset"]
+#: Why a task runs after a predecessor: the predecessor ended in an OOM kill (the next rung),
+#: gave up waiting for its GPU type (the next type), was preempted after it ran (a waiting
+#: type's probe: its retries continue), or failed in the application (the next attempt).
+Because = Literal["oom", "fallback", "preempted", "app_failure"]
+
+
+# -- order ------------------------------------------------------------------------------------
+
+
+def topo_order(pipeline: Pipeline) -> tuple[list[int], list[int]]:
+    """Stage indexes in dependency order, and the stages left over by a cycle.
+
+    Kahn's algorithm one wave at a time: each wave holds the stages whose last upstream is in
+    the wave before, in declaration order, so the order is that of scanning for ready stages
+    pass after pass, in time linear in stages and edges.
+    """
+    stages = pipeline.stages
+    index = {s.name: i for i, s in enumerate(stages)}
+    indegree = [0] * len(stages)
+    dependents: list[list[int]] = [[] for _ in stages]
+    for i, s in enumerate(stages):
+        for u in {index[u] for u in s.upstream() if u in index and u != s.name}:
+            indegree[i] += 1
+            dependents[u].append(i)
+    order: list[int] = []
+    wave = [i for i, n in enumerate(indegree) if n == 0]
+    while wave:
+        order.extend(wave)
+        following: list[int] = []
+        for i in wave:
+            for d in dependents[i]:
+                indegree[d] -= 1
+                if indegree[d] == 0:
+                    following.append(d)
+        wave = sorted(following)
+    placed = set(order)
+    return order, [i for i in range(len(stages)) if i not in placed]
+
+
+# -- budgets ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Argo's backoff: the n-th retry of a task waits ``seconds * factor^(n-1)``, capped."""
+
+    seconds: int
+    factor: int
+    cap: int
+
+    def wait(self, retry: int) -> float:
+        if retry <= 0:
+            return 0.0
+        return float(min(self.seconds * self.factor ** (retry - 1), self.cap))
+
+
+def backoff_of(rule: Retry) -> Backoff | None:
+    if rule.backoff is None:
+        return None
+    # Backoff applies to every retry inside a task, preemptions included, so an uncapped
+    # exponential would leave a spot stage waiting hours after its tenth reclaim: cap it.
+    cap = rule.max_backoff if rule.max_backoff is not None else max(
+        DEFAULT_BACKOFF_CAP, rule.backoff)
+    return Backoff(rule.backoff, rule.backoff_factor, cap)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The stage's retry budgets.  ``preemptions`` is per task (an application attempt on one
+    rung and GPU type), as Argo's retry limit is; ``attempts`` counts across rungs and types."""
+
+    attempts: int
+    preemptions: int
+    backoff: Backoff | None
+    gpu_oom: Literal["fail", "retry"]
+
+
+# -- variants and tasks -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a stage: a memory rung and (with fallback) one GPU type."""
+
+    name: str
+    rung: int
+    #: Index of the GPU type in the fallback order (0 without fallback).
+    type_index: int
+    memory: int | None
+    #: The type to select nodes by, when exactly one applies (fallback, or a single type).
+    gpu: GpuChoice | None
+    gpu_count: int | None
+    #: Seconds to wait for capacity before the next type (``None``: wait for ever).
+    pending_timeout: int | None
+    oom_from: str | None = None
+    fallback_from: str | None = None
+
+    @property
+    def gpu_type(self) -> str:
+        return self.gpu.type if self.gpu is not None else ""
+
+
+@dataclass(frozen=True)
+class Pred:
+    """A task runs after ``task`` when it ended the way ``because`` names."""
+
+    task: str
+    because: Because
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task of a stage: a variant run with its own preemption budget."""
+
+    name: str
+    variant: Variant
+    #: The first attempt on a GPU type that may give way to the next (no retries).
+    probe: bool
+    #: Preemptions retried within this task.
+    limit: int
+    #: ``DURAPIPE_ATTEMPT`` of this task's first attempt.
+    first_attempt: int
+    #: Whether this task's last retry is the stage's last possible attempt (on-demand).
+    last: bool
+    preds: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """What every pod of the stage has, whichever variant it runs."""
+
+    #: Seconds between SIGTERM and SIGKILL (checkpointing stages only).
+    grace_seconds: int | None
+    #: A checkpoint directory outside the runtime's own volume, mounted on its own.
+    checkpoint_mount: str | None
+    shm: int | None
+    #: The upload sidecar (checkpointing stages).
+    sidecar: bool
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: Stage
+    #: Position in the model (diagnostics point there).
+    index: int
+    #: Template and DAG task name.
+    task: str
+    kind: StageKind
+    rungs: tuple[int | None, ...]
+    has_ladder: bool
+    variants: tuple[Variant, ...]
+    tasks: tuple[TaskPlan, ...]
+    budgets: Budgets
+    pod: PodShape
+    #: Pipeline params the stage reads.
+    params: frozenset[str]
+    #: (upstream stage, output) pairs the stage reads, in first-use order.
+    upstream: tuple[tuple[str, str], ...]
+    cached: bool
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    pipeline: Pipeline
+    #: Stage plans in dependency order.
+    stages: tuple[StagePlan, ...]
+    #: Stages on a dependency cycle (not ordered).
+    cycle: tuple[int, ...]
+
+
+def memory_rungs(stage: Stage) -> tuple[int | None, ...]:
+    """The memory of each rung: the OOM ladder, or the stage's one size."""
+    ladder = stage.retry.on_oom
+    if ladder is not None:
+        return tuple(ladder.memory)
+    return (stage.resources.memory,)
+
+
+def _gpu_types(stage: Stage) -> tuple[tuple[GpuChoice | None, ...], int | None]:
+    """The GPU types that are variants of their own, and how long each waits."""
+    gpu = stage.resources.gpu
+    if gpu is not None and gpu.fallback_after is not None and len(gpu.types) > 1:
+        return gpu.types, gpu.fallback_after
+    if gpu is not None and gpu.types and len({t.count for t in gpu.types}) > 1:
+        return gpu.types, None  # diagnosed by the lowering; keeps the grid well-formed
+    return (None,), None
+
+
+def _fixed_gpu(stage: Stage, choice: GpuChoice | None) -> tuple[GpuChoice | None, int | None]:
+    gpu = stage.resources.gpu
+    if gpu is None:
+        return None, None
+    if choice is not None:
+        return choice, choice.count
+    if len(gpu.types) == 1:
+        return gpu.types[0], gpu.types[0].count
+    if gpu.types:
+        return None, gpu.types[0].count
+    return None, gpu.count
+
+
+def plan_variants(stage: Stage, base: str) -> tuple[Variant, ...]:
+    """Rung-major, type-minor: each OOM rung x GPU type, named after what differs."""
+    rungs = memory_rungs(stage)
+    types, wait = _gpu_types(stage)
+    multi_rung, multi_type = len(rungs) > 1, len(types) > 1
+
+    def name(r: int, t: int) -> str:
+        if not (multi_rung or multi_type):
+            return base
+        parts = [base]
+        choice = types[t]
+        if multi_type and choice is not None:
+            parts.append(naming.slug(choice.type))
+        if multi_rung:
+            parts.append("mem-" + naming.memory_slug(units.format_bytes(rungs[r] or 0)))
+        return "-".join(parts)
+
+    variants: list[Variant] = []
+    for r, memory in enumerate(rungs):
+        for t, choice in enumerate(types):
+            gpu, count = _fixed_gpu(stage, choice)
+            variants.append(Variant(
+                name=name(r, t), rung=r, type_index=t, memory=memory, gpu=gpu, gpu_count=count,
+                pending_timeout=wait if (multi_type and t + 1 < len(types)) else None,
+                oom_from=name(r - 1, t) if r > 0 else None,
+                fallback_from=name(r, t - 1) if t > 0 else None,
+            ))
+    return tuple(variants)
+
+
+def retry_task_name(variant: str) -> str:
+    return f"{variant}-retry"
+
+
+class _TaskGrid:
+    """Builds a stage's tasks (``plan_tasks``): per variant an optional probe, then one task
+    per application attempt, linked by the conditions under which each runs."""
+
+    def __init__(self, rule: Retry) -> None:
+        self.attempts, self.preemptions = rule.attempts, rule.preemptions
+        self.probes: dict[tuple[int, int], TaskPlan] = {}
+        self.chains: dict[tuple[int, int, int], TaskPlan] = {}
+        self.out: list[TaskPlan] = []
+
+    def probe(self, variant: Variant) -> TaskPlan | None:
+        if variant.pending_timeout is None:
+            return None
+        r, t = variant.rung, variant.type_index
+        preds: list[Pred] = []
+        if variant.fallback_from is not None:
+            preds.append(Pred(variant.fallback_from, "fallback"))
+        if (r - 1, t) in self.probes:
+            preds.append(Pred(self.probes[(r - 1, t)].name, "oom"))
+        probe = TaskPlan(variant.name, variant, True, 0, 0,
+                         self.attempts == 0 and self.preemptions == 0, tuple(preds))
+        self.probes[(r, t)] = probe
+        self.out.append(probe)
+        return probe
+
+    def attempt(self, variant: Variant, k: int, probe: TaskPlan | None,
+                first_attempt: int) -> TaskPlan | None:
+        r, t = variant.rung, variant.type_index
+        preds: list[Pred] = []
+        limit = self.preemptions
+        if k == 0 and probe is not None:
+            if self.preemptions == 0:
+                return None
+            preds.append(Pred(probe.name, "preempted"))
+            limit = self.preemptions - 1
+        elif k == 0 and variant.fallback_from is not None:
+            preds.append(Pred(variant.fallback_from, "fallback"))
+        if (r - 1, t, k) in self.chains:
+            preds.append(Pred(self.chains[(r - 1, t, k)].name, "oom"))
+        if k >= 1 and (r, t, k - 1) in self.chains:
+            preds.append(Pred(self.chains[(r, t, k - 1)].name, "app_failure"))
+        if k == 1 and probe is not None:
+            preds.append(Pred(probe.name, "app_failure"))
+        if self.attempts == 0:
+            name = retry_task_name(variant.name) if probe is not None else variant.name
+        else:
+            name = f"{variant.name}-app-{k}"
+        task = TaskPlan(name, variant, False, limit, first_attempt, k == self.attempts,
+                        tuple(preds))
+        self.chains[(r, t, k)] = task
+        self.out.append(task)
+        return task
+
+
+def plan_tasks(stage: Stage, variants: Sequence[Variant]) -> tuple[TaskPlan, ...]:
+    """The tasks of a stage: per variant (rung x GPU type), an optional probe, then one task
+    per application attempt.
+
+    Each task retries preemptions only (its own limit), and an application failure ends it and
+    starts the next application attempt's task, up to ``attempts`` of them.  An OOM kill moves
+    to the same application attempt one rung up, so the count of application failures carries
+    across rungs; a pending timeout moves to the next GPU type (docs/lowering.md, "Retries").
+    A stage with no application budget and one variant is a single task.
+    """
+    grid = _TaskGrid(stage.retry)
+    for variant in variants:
+        probe = grid.probe(variant)
+        next_attempt = 1 if probe is not None else 0
+        for k in range(stage.retry.attempts + 1):
+            task = grid.attempt(variant, k, probe, next_attempt)
+            if task is not None:
+                next_attempt += task.limit + 1
+    return tuple(grid.out)
+
+
+# -- inputs, shape, the whole stage -----------------------------------------------------------
+
+
+def _refs_in(value: object) -> list[Ref]:
+    if isinstance(value, Ref):
+        return [value]
+    if isinstance(value, Interp):
+        return [p for p in value.parts if isinstance(p, Ref)]
+    return []
+
+
+def stage_reads(pipeline: Pipeline,
+                stage: Stage) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
+    """The params and the (stage, output) pairs the stage's references name, the latter in
+    first-use order (args, command, env and inputs by name); a reference to a stage that does
+    not exist (P0301, reported by the front end) reads nothing."""
+    values: list[object] = [*stage.args, *(stage.command or ())]
+    values += [stage.env[name] for name in sorted(stage.env)]
+    if stage.distributed is None:
+        values += [stage.inputs[name] for name in sorted(stage.inputs)]
+    params: set[str] = set()
+    upstream: dict[tuple[str, str], None] = {}
+    for value in values:
+        for ref in _refs_in(value):
+            if ref.is_param:
+                params.add(ref.path[1])
+            elif ref.is_output and ref.path[0] in pipeline.stage_names:
+                upstream.setdefault((ref.path[0], ref.path[2]), None)
+    return frozenset(params), tuple(upstream)
+
+
+def checkpoint_mount(stage: Stage) -> str | None:
+    """The checkpoint directory when it lies outside the runtime's volume (it needs its own)."""
+    if stage.checkpoint is None:
+        return None
+    path = stage.checkpoint.path.rstrip("/")
+    if path == RUNTIME_ROOT or path.startswith(RUNTIME_ROOT + "/"):
+        return None
+    return path
+
+
+def pod_shape(stage: Stage, checkpoint_grace_seconds: int) -> PodShape:
+    checkpointing = stage.checkpoint is not None
+    return PodShape(
+        grace_seconds=checkpoint_grace_seconds if checkpointing else None,
+        checkpoint_mount=checkpoint_mount(stage),
+        shm=stage.resources.shm,
+        sidecar=checkpointing,
+    )
+
+
+def plan_stage(pipeline: Pipeline, index: int, *, checkpoint_grace_seconds: int) -> StagePlan:
+    stage = pipeline.stages[index]
+    task = naming.task_name(stage.name)
+    rule = stage.retry
+    rungs = memory_rungs(stage)
+    params, upstream = stage_reads(pipeline, stage)
+    if stage.distributed is not None:
+        variants: tuple[Variant, ...] = plan_variants(_first_rung_only(stage), task)[:1]
+        tasks: tuple[TaskPlan, ...] = ()
+        kind: StageKind = "jobset"
+    else:
+        variants = plan_variants(stage, task)
+        tasks = plan_tasks(stage, variants)
+        kind = "pod" if len(tasks) == 1 else "grid"
+    return StagePlan(
+        stage=stage, index=index, task=task, kind=kind, rungs=rungs,
+        has_ladder=len(rungs) > 1, variants=variants, tasks=tasks,
+        budgets=Budgets(rule.attempts, rule.preemptions, backoff_of(rule), rule.gpu_oom),
+        pod=pod_shape(stage, checkpoint_grace_seconds), params=params, upstream=upstream,
+        cached=stage.cache is not None,
+    )
+
+
+def _first_rung_only(stage: Stage) -> Stage:
+    """A multi-node stage runs one variant: the first rung, the first GPU type."""
+    from dataclasses import replace
+
+    gpu = stage.resources.gpu
+    if gpu is not None:
+        gpu = replace(gpu, fallback_after=None, types=gpu.types[:1])
+    retry = replace(stage.retry, on_oom=None)
+    return replace(stage, retry=retry, resources=replace(
+        stage.resources, memory=memory_rungs(stage)[0], gpu=gpu))
+
+
+def plan_pipeline(pipeline: Pipeline, *, checkpoint_grace_seconds: int) -> PipelinePlan:
+    order, cycle = topo_order(pipeline)
+    stages = tuple(
+        plan_stage(pipeline, i, checkpoint_grace_seconds=checkpoint_grace_seconds)
+        for i in order + cycle
+    )
+    return PipelinePlan(pipeline, stages, tuple(cycle))
+
+
+# -- the contract environment -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an attempt runs: the values of the contract that depend on the executor.
+
+    The cluster's come from Argo (``{{workflow.name}}``, the pod's paths); the local runner's
+    from its run directory.  Everything else comes from the plan, the same for both.
+    """
+
+    run_id: str
+    attempt: str
+    #: Output name -> where the command writes it.
+    outputs: Mapping[str, str]
+    output_hash_dir: str
+    termination_log: str
+    #: Declared input name -> where the upstream output is found.
+    inputs: Mapping[str, str]
+    store_uri: str | None
+    checkpoint_uri: str
+    checkpoint_path: str
+    grace_seconds: str | None
+    #: The checkpoint upload sidecar (the cluster) rather than the runtime's own thread.
+    upload_sidecar: bool
+
+
+def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, run: str) -> str:
+    """Where a stage's checkpoints live: keyed by run (or pipeline) and stage, never by
+    attempt, so retries, rungs and fallback types all resume from the same line."""
+    base = f"{root.rstrip('/')}/{pipeline}"
+    if scope == "pipeline":
+        return f"{base}/stages/{stage}/checkpoints"
+    return f"{base}/runs/{run}/{stage}/checkpoints"
+
+
+def grace_for_runtime(grace_seconds: int | None) -> str | None:
+    """The runtime's share of the pod's grace period."""
+    if grace_seconds is None:
+        return None
+    return str(max(1, grace_seconds - GRACE_MARGIN))
+
+
+def contract_env(pipeline: Pipeline, plan: StagePlan, variant: Variant,
+                 site: Site) -> list[tuple[str, str]]:
+    """The contract environment of an attempt (``durapipe/runtime/contract.py``), in the order
+    the pod spec lists it; the user's own variables are kept apart (``user_env``)."""
+    stage = plan.stage
+    env = [
+        (contract.ENV_PIPELINE, pipeline.name),
+        (contract.ENV_STAGE, stage.name),
+        (contract.ENV_RUN_ID, site.run_id),
+        (contract.ENV_ATTEMPT, site.attempt),
+        (contract.ENV_RUNG, str(variant.rung)),
+        (contract.ENV_GPU_TYPE, variant.gpu_type),
+        (contract.ENV_MEMORY_LIMIT, str(variant.memory or "")),
+        (contract.ENV_TERMINATION_LOG, site.termination_log),
+        (contract.ENV_GPU_OOM_POLICY, plan.budgets.gpu_oom),
+    ]
+    if site.store_uri:
+        env.append((contract.ENV_STORE_URI, site.store_uri))
+    if site.outputs:
+        outputs = {k: site.outputs[k] for k in sorted(site.outputs)}
+        env.append((contract.ENV_OUTPUTS, json.dumps(outputs, separators=(",", ":"))))
+        env.append((contract.ENV_OUTPUT_HASH_DIR, site.output_hash_dir))
+    if site.inputs:
+        inputs = {k: site.inputs[k] for k in sorted(site.inputs)}
+        env.append((ENV_INPUTS, json.dumps(inputs, separators=(",", ":"))))
+    ckpt = stage.checkpoint
+    if ckpt is not None:
+        env.append((contract.ENV_CHECKPOINT_URI, site.checkpoint_uri))
+        env.append((contract.ENV_CHECKPOINT_PATH, site.checkpoint_path))
+        env.append((contract.ENV_CHECKPOINT_KEEP, str(ckpt.keep)))
+        if site.upload_sidecar:
+            env.append((contract.ENV_SPOOL_DIR, contract.DEFAULT_SPOOL_DIR))
+            env.append((contract.ENV_UPLOADER, "sidecar"))
+    if site.grace_seconds is not None:
+        env.append((contract.ENV_GRACE_SECONDS, site.grace_seconds))
+    return env
+
+
+# -- values and the cache key -----------------------------------------------------------------
+
+
+def param_value(value: object) -> str:
+    """A param's value as text: what Argo substitutes and what the local runner passes."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def symbolic(value: Text) -> str:
+    """Text with references left as ``${...}``: the compile-time cache-key form."""
+    if isinstance(value, (str, Interp)):
+        return str(value)
+    return "${" + str(value) + "}"
+
+
+def symbolic_argv(stage: Stage) -> list[str]:
+    if stage.command is not None:
+        return [symbolic(c) for c in stage.command] + [symbolic(a) for a in stage.args]
+    return ["sh", "-c", stage.script or ""] + [symbolic(a) for a in stage.args]
+
+
+def cache_static(stage: Stage) -> str:
+    """The compile-time half of the stage's cache key (``memo``), shared by both executors."""
+    env: dict[str, str] = {}
+    for name in sorted(stage.env):
+        value = stage.env[name]
+        if isinstance(value, Secret):
+            env[name] = f"secret:{value.name}/{value.key}"
+        else:
+            env[name] = symbolic(value)
+    return memo.static_digest(
+        image=stage.image, command=symbolic_argv(stage), env=env,
+        salt=stage.cache.version if stage.cache is not None else "",
+    )
