@@ -156,11 +156,14 @@ class TaskPlan:
     probe: bool
     #: Preemptions retried within this task.
     limit: int
-    #: ``DURAPIPE_ATTEMPT`` of this task's first attempt.
+    #: ``DURAPIPE_ATTEMPT`` of this task's first attempt: one more than the last attempt any
+    #: predecessor can make, so the index increases along every path through the grid.
     first_attempt: int
     #: Whether this task's last retry is the stage's last possible attempt (on-demand).
     last: bool
     preds: tuple[Pred, ...]
+    #: The application attempt (failures so far) this task runs.
+    app_attempt: int
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,20 @@ class StagePlan:
     #: (upstream stage, output) pairs the stage reads, in first-use order.
     upstream: tuple[tuple[str, str], ...]
     cached: bool
+
+    def attempt_number(self, rung: int, failures: int, preemptions: int) -> int:
+        """``DURAPIPE_ATTEMPT`` of an attempt on the first GPU type: the task that runs it
+        (rung, application attempt) and the preemptions retried within that task."""
+        candidates = [t for t in self.tasks if t.variant.rung == rung
+                      and t.variant.type_index == 0 and t.app_attempt == failures]
+        if not candidates:  # a multi-node stage: one task, restarts counted by JobSet
+            return preemptions
+        probe = next((t for t in candidates if t.probe), None)
+        rest = [t for t in candidates if not t.probe]
+        if probe is not None and (preemptions == 0 or not rest):
+            return probe.first_attempt + preemptions
+        task = rest[0]
+        return task.first_attempt + preemptions - (1 if probe is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -279,6 +296,7 @@ class _TaskGrid:
         self.attempts, self.preemptions = rule.attempts, rule.preemptions
         self.probes: dict[tuple[int, int], TaskPlan] = {}
         self.chains: dict[tuple[int, int, int], TaskPlan] = {}
+        self.by_name: dict[str, TaskPlan] = {}
         self.out: list[TaskPlan] = []
 
     def probe(self, variant: Variant) -> TaskPlan | None:
@@ -290,14 +308,19 @@ class _TaskGrid:
             preds.append(Pred(variant.fallback_from, "fallback"))
         if (r - 1, t) in self.probes:
             preds.append(Pred(self.probes[(r - 1, t)].name, "oom"))
-        probe = TaskPlan(variant.name, variant, True, 0, 0,
-                         self.attempts == 0 and self.preemptions == 0, tuple(preds))
+        probe = TaskPlan(variant.name, variant, True, 0, self.first_attempt(preds),
+                         self.attempts == 0 and self.preemptions == 0, tuple(preds), 0)
         self.probes[(r, t)] = probe
-        self.out.append(probe)
+        self.add(probe)
         return probe
 
-    def attempt(self, variant: Variant, k: int, probe: TaskPlan | None,
-                first_attempt: int) -> TaskPlan | None:
+    def first_attempt(self, preds: list[Pred]) -> int:
+        """After every attempt a predecessor can make: each path through the grid is then
+        numbered in increasing order, the same on the cluster and locally."""
+        return max((self.by_name[p.task].first_attempt + self.by_name[p.task].limit + 1
+                    for p in preds), default=0)
+
+    def attempt(self, variant: Variant, k: int, probe: TaskPlan | None) -> TaskPlan | None:
         r, t = variant.rung, variant.type_index
         preds: list[Pred] = []
         limit = self.preemptions
@@ -318,11 +341,15 @@ class _TaskGrid:
             name = retry_task_name(variant.name) if probe is not None else variant.name
         else:
             name = f"{variant.name}-app-{k}"
-        task = TaskPlan(name, variant, False, limit, first_attempt, k == self.attempts,
-                        tuple(preds))
+        task = TaskPlan(name, variant, False, limit, self.first_attempt(preds),
+                        k == self.attempts, tuple(preds), k)
         self.chains[(r, t, k)] = task
-        self.out.append(task)
+        self.add(task)
         return task
+
+    def add(self, task: TaskPlan) -> None:
+        self.by_name[task.name] = task
+        self.out.append(task)
 
 
 def plan_tasks(stage: Stage, variants: Sequence[Variant]) -> tuple[TaskPlan, ...]:
@@ -338,11 +365,8 @@ def plan_tasks(stage: Stage, variants: Sequence[Variant]) -> tuple[TaskPlan, ...
     grid = _TaskGrid(stage.retry)
     for variant in variants:
         probe = grid.probe(variant)
-        next_attempt = 1 if probe is not None else 0
         for k in range(stage.retry.attempts + 1):
-            task = grid.attempt(variant, k, probe, next_attempt)
-            if task is not None:
-                next_attempt += task.limit + 1
+            grid.attempt(variant, k, probe)
     return tuple(grid.out)
 
 

@@ -318,7 +318,9 @@ class Runner:
         memory = variant.memory
         checkpoint_local = attempt_dir / "checkpoint"
         site = Site(
-            run_id=self.run_id, attempt=str(number), outputs=outputs,
+            run_id=self.run_id,
+            attempt=str(plan.attempt_number(budget.rung, budget.failures, budget.preemptions)),
+            outputs=outputs,
             output_hash_dir=str(hash_dir), termination_log=str(termination_log),
             inputs=self._declared_inputs(stage), store_uri=self.store_root,
             checkpoint_uri=self._checkpoint_uri(stage), checkpoint_path=str(checkpoint_local),

@@ -14,7 +14,8 @@ from typing import Final
 ENV_PIPELINE: Final = "DURAPIPE_PIPELINE"
 ENV_STAGE: Final = "DURAPIPE_STAGE"
 ENV_RUN_ID: Final = "DURAPIPE_RUN_ID"
-#: 0-based attempt index across all retries of this stage (Argo's ``{{retries}}``).
+#: 0-based attempt index, unique and increasing across all attempts of this stage (rungs and
+#: GPU types included); not always contiguous (docs/lowering.md, "Retries").
 ENV_ATTEMPT: Final = "DURAPIPE_ATTEMPT"
 #: 0-based index into the OOM memory ladder that this attempt runs on.
 ENV_RUNG: Final = "DURAPIPE_RUNG"
@@ -41,6 +42,8 @@ ENV_OUTPUTS: Final = "DURAPIPE_OUTPUTS"
 ENV_OUTPUT_HASH_DIR: Final = "DURAPIPE_OUTPUT_HASH_DIR"
 #: What to do on a CUDA out-of-memory error: "retry" (same size), "fail".
 ENV_GPU_OOM_POLICY: Final = "DURAPIPE_GPU_OOM_POLICY"
+#: The language's default (``retry.gpu_oom``, docs/language.md), when the variable is unset.
+DEFAULT_GPU_OOM_POLICY: Final = "fail"
 #: Where the one-line JSON verdict is written (Kubernetes reads it as the termination message).
 ENV_TERMINATION_LOG: Final = "DURAPIPE_TERMINATION_LOG"
 

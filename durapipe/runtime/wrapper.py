@@ -396,7 +396,8 @@ class Attempt:
             if self.env.get(env_name):
                 details[name] = self.env[env_name]
         if decision.verdict == contract.VERDICT_GPU_OOM:
-            details["gpu_oom_policy"] = self.env.get(contract.ENV_GPU_OOM_POLICY) or "retry"
+            details["gpu_oom_policy"] = (self.env.get(contract.ENV_GPU_OOM_POLICY)
+                                          or contract.DEFAULT_GPU_OOM_POLICY)
         if reported:
             details["reported"] = {k: reported[k] for k in sorted(reported)[:8]}
         output_hashes: dict[str, str] = {}

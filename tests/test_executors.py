@@ -1,0 +1,153 @@
+"""One plan, two executors: each rule the compiled workflow and `durapipe run` both apply,
+checked by running the same plan both ways.
+
+The Argo side reads the compiled objects (and, for attempt numbering, runs them on Argo's
+controller); the local side replays verdicts through the runner's policy, as its engine does
+after each attempt, or runs the stage for real.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durapipe.compiler import CompileOptions, argo_retry, compile_pipeline
+from durapipe.compiler.plan import StagePlan, plan_pipeline
+from durapipe.dsl import units
+from durapipe.dsl.model import OnOom, Pipeline, Retry
+from durapipe.runner import policy
+from durapipe.runner.engine import Runner, RunOptions
+from durapipe.runtime import contract
+from tests.compiler.models import GI, Ref, pipeline, stage
+
+Json = dict[str, Any]
+LADDER = Retry(attempts=1, preemptions=5, on_oom=OnOom(memory=(GI, 2 * GI, 4 * GI)))
+
+
+def templates(p: Pipeline) -> dict[str, Json]:
+    result = compile_pipeline(p, CompileOptions())
+    assert result.ok, [d.message for d in result.diagnostics]
+    (doc,) = result.documents
+    return {t["name"]: t for t in doc["spec"]["templates"]}
+
+
+def the_plan(p: Pipeline) -> StagePlan:
+    (plan,) = plan_pipeline(p, checkpoint_grace_seconds=300).stages
+    return plan
+
+
+def local_replay(plan: StagePlan, verdicts: list[str]) -> list[tuple[int, int | None, float]]:
+    """(DURAPIPE_ATTEMPT, memory, wait before it) of each attempt `durapipe run` makes."""
+    budget = policy.Budget()
+    out: list[tuple[int, int | None, float]] = []
+    wait = 0.0
+    for verdict in verdicts:
+        variant = Runner._variant(plan, budget.rung)
+        number = plan.attempt_number(budget.rung, budget.failures, budget.preemptions)
+        out.append((number, variant.memory, wait))
+        decision = policy.decide(plan, budget, verdict)
+        wait = decision.backoff_seconds
+    return out
+
+
+def argo_wait(backoff: Json, retry: int) -> float:
+    """Argo's backoff before the ``retry``-th retry of a node (operator.go
+    ``processNodeRetries``: duration * factor^(children - 1), capped)."""
+    wait = units.parse_seconds(backoff["duration"]) * int(backoff["factor"]) ** (retry - 1)
+    return float(min(wait, units.parse_seconds(backoff["cap"])))
+
+
+def test_backoff_is_capped_by_default_and_applies_to_preemptions_both_ways() -> None:
+    p = pipeline(stage(interruptible=True, retry=Retry(preemptions=12, backoff=30)))
+    backoff = templates(p)["train"]["retryStrategy"]["backoff"]
+    assert backoff == {"duration": "30s", "factor": "2", "cap": "10m"}
+    local = [wait for _, _, wait in local_replay(
+        the_plan(p), [contract.VERDICT_PREEMPTED] * 12 + [contract.VERDICT_SUCCESS])]
+    assert local[1:] == [argo_wait(backoff, n) for n in range(1, 13)]
+    assert max(local) == 600.0
+
+
+def test_gpu_oom_fails_by_default_both_ways_and_in_the_runtime() -> None:
+    p = pipeline(stage(retry=Retry(attempts=2)))
+    plan = the_plan(p)
+    assert Retry().gpu_oom == contract.DEFAULT_GPU_OOM_POLICY == "fail"
+    (leaf,) = [t for name, t in templates(p).items() if name == "train-app-0"]
+    env = {e["name"]: e.get("value") for e in leaf["container"]["env"]}
+    assert env[contract.ENV_GPU_OOM_POLICY] == "fail"
+    # Argo: exit 86 does not start the next application attempt.
+    assert f"'{contract.EXIT_GPU_OOM}'" in argo_retry.app_failure_condition(
+        "t", plan.budgets.gpu_oom, has_ladder=False)
+    assert policy.decide(plan, policy.Budget(), contract.VERDICT_GPU_OOM).action == "fail"
+
+
+def test_memory_rungs_and_attempt_numbers_agree_on_paper() -> None:
+    p = pipeline(stage(retry=LADDER))
+    ts = templates(p)
+    verdicts = [contract.VERDICT_PREEMPTED, contract.VERDICT_HOST_OOM,
+                contract.VERDICT_APP_FAILURE, contract.VERDICT_HOST_OOM, contract.VERDICT_SUCCESS]
+    local = local_replay(the_plan(p), verdicts)
+    # The tasks Argo runs for that history, and what their pods get.
+    path = [("train-mem-1gi-app-0", 0), ("train-mem-1gi-app-0", 1), ("train-mem-2gi-app-0", 0),
+            ("train-mem-2gi-app-1", 0), ("train-mem-4gi-app-1", 0)]
+    for (task, retries), (number, memory, _) in zip(path, local):
+        container = ts[task]["container"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        text = env[contract.ENV_ATTEMPT].replace("{{retries}}", str(retries))
+        if text.startswith("{{=asInt(retries) + "):
+            text = str(retries + int(text[len("{{=asInt(retries) + "):-2]))
+        assert int(text) == number, task
+        assert container["resources"]["limits"]["memory"] == units.format_bytes(memory or 0)
+    numbers = [n for n, _, _ in local]
+    assert numbers == sorted(set(numbers)), "unique and increasing"
+
+
+@pytest.mark.slow
+def test_attempt_numbers_are_the_same_on_argos_controller_and_locally() -> None:
+    from tests.compiler.test_argo_controller import run
+
+    p = pipeline(stage(retry=LADDER))
+    report = run(p, {
+        "train-mem-1gi-app-0": [{"outcome": "deleted", "minutes": 5},
+                                {"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-0": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+        "train-mem-2gi-app-1": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-4gi-app-1": [{"outcome": "succeeded", "minutes": 5}],
+    })
+    assert report["phase"] == "Succeeded"
+    argo = [int(a["pod"]["env"]["DURAPIPE_ATTEMPT"]) for a in report["attempts"]]
+    local = local_replay(the_plan(p), [
+        contract.VERDICT_PREEMPTED, contract.VERDICT_HOST_OOM, contract.VERDICT_APP_FAILURE,
+        contract.VERDICT_HOST_OOM, contract.VERDICT_SUCCESS])
+    assert argo == [n for n, _, _ in local]
+    assert argo == sorted(set(argo))
+
+
+def test_the_contract_environment_is_the_same_both_ways(tmp_path: Path) -> None:
+    dump = ("import json, os, sys; json.dump({k: v for k, v in os.environ.items() "
+            "if k.startswith('DURAPIPE_')}, open(sys.argv[1], 'w'))")
+    p = pipeline(
+        stage("prep", command=(sys.executable, "-c", "import sys; open(sys.argv[1], 'w')",
+                               "/out/d"), outputs={"d": "/out/d"}),
+        stage(command=(sys.executable, "-c", dump, "/out/env"), outputs={"env": "/out/env"},
+              inputs={"data": Ref(path=("prep", "outputs", "d"))},
+              retry=Retry(gpu_oom="retry", on_oom=OnOom(memory=(GI, 2 * GI)))),
+        storage="s3://bucket/demo",
+    )
+    record = Runner(p, str(tmp_path / "p.pipe"), RunOptions(home=tmp_path / ".durapipe")).run()
+    assert record.status == "succeeded", record.stages["train"].reason
+    local = json.loads(Path(record.stages["train"].outputs["env"]).read_text())
+    pod = {e["name"]: e["value"] for e in templates(p)["train-mem-1gi"]["container"]["env"]
+           if e["name"].startswith("DURAPIPE_")}
+    # Only where each executor keeps its files and its run id differ; the sidecar is the pod's.
+    # DURAPIPE_ATTEMPT is `{{retries}}` in the pod (the attempt tests above run it).
+    site = {contract.ENV_RUN_ID, contract.ENV_ATTEMPT, contract.ENV_OUTPUTS, contract.ENV_OUTPUT_HASH_DIR,
+            contract.ENV_TERMINATION_LOG, contract.ENV_STORE_URI, "DURAPIPE_INPUTS"}
+    # The runner's own process adds what the wrapper exports to the command.
+    assert set(pod) <= set(local)
+    for name in sorted(set(pod) - site):
+        assert local[name] == pod[name], name
+    assert json.loads(local["DURAPIPE_INPUTS"])["data"] == record.stages["prep"].outputs["d"]
