@@ -25,7 +25,7 @@ VALUES = [
 def _attribute_paths(schema: dict[str, Kind]) -> list[tuple[str, ...]]:
     """Each attribute, and one key of each ``key = value`` map."""
     return [(*path, "k") if isinstance(kind, lw.Map) else path
-            for path, kind in schema_paths(schema) if not isinstance(kind, lw.Blk)]
+            for path, kind in schema_paths(schema) if not isinstance(kind, lw.BlockSchema)]
 
 
 def _nested(path: tuple[str, ...], value: str) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from durapipe.dsl import lower as lw
 
-Kind = lw.Attr | lw.Blk | lw.Map
+Kind = lw.Attr | lw.BlockSchema | lw.Map
 
 
 def schema_paths(schema: dict[str, Kind],
@@ -14,6 +14,6 @@ def schema_paths(schema: dict[str, Kind],
     """Every name a block allows, nested ones included: ``(("resources", "gpu", "count"),
     Attr())``; a nested block comes after its members."""
     for name, kind in schema.items():
-        if isinstance(kind, lw.Blk):
+        if isinstance(kind, lw.BlockSchema):
             yield from schema_paths(kind.schema, (*prefix, name))
         yield (*prefix, name), kind

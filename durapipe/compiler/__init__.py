@@ -24,8 +24,11 @@ __all__ = ["ARGO_VERSIONS", "CompileOptions", "CompileResult", "compile_pipeline
 def compile_pipeline(pipeline: Any, options: CompileOptions | None = None) -> CompileResult:
     """Lower ``pipeline`` (a ``durapipe.dsl.model.Pipeline``) to Argo documents.
 
-    User errors come back as diagnostics, never as exceptions; ``documents`` is empty when
-    any diagnostic is an error.
+    One input contract: a model's references and stage graph are checked by the front end's
+    rules (``validate.check_references``: unknown references P0301, cycles P0302), already
+    done for a model from ``durapipe.dsl.load`` or the builder, done here for one built in
+    code; the lowering then reports only what Argo cannot carry.  User errors come back as
+    diagnostics, never as exceptions; ``documents`` is empty when any diagnostic is an error.
     """
     from durapipe.dsl.heap import gc_paused
 
@@ -39,10 +42,12 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     from durapipe.compiler.context import Context
     from durapipe.dsl import catalog
     from durapipe.dsl.diagnostics import sort_unique
+    from durapipe.dsl.validate import check_references
 
     options = options or CompileOptions()
     profile = catalog.PROFILES[pipeline.cluster.profile]
     ctx = Context(pipeline=pipeline, options=options, profile=profile)
+    ctx.diagnostics.extend(check_references(pipeline, options.source_map or {}))
     kind = options.kind or pipeline.kind
     if kind == "cron" and not pipeline.schedules:
         ctx.error("P0408", f"pipeline `{pipeline.name}` is compiled as a CronWorkflow but has "
@@ -57,9 +62,6 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
         check_literal(ctx, value, ("annotations", key))
     planned = plan.plan_pipeline(pipeline,
                                  checkpoint_grace_seconds=options.checkpoint_grace_seconds)
-    if planned.cycle:
-        names = ", ".join(pipeline.stages[i].name for i in planned.cycle)
-        ctx.error("P0302", f"dependency cycle among stages: {names}", ("stages",))
     lowered = [argo_stage.lower_stage(ctx, stage) for stage in planned.stages]
     documents = argo_workflow.assemble(ctx, kind, lowered)
     diagnostics = sort_unique(ctx.diagnostics)

@@ -130,7 +130,7 @@ class _Section:
     """A nested block; subclasses name the ``.pipe`` block and its vocabulary."""
 
     block: str = ""
-    schema: Mapping[str, lw.Attr | lw.Blk | lw.Map] = {}
+    schema: Mapping[str, lw.Attr | lw.BlockSchema | lw.Map] = {}
 
     def __init__(self, **attributes: Any):
         self.attributes = attributes
@@ -259,7 +259,7 @@ class _Converter:
         if span is not None:
             self.source_map[loc] = span
 
-    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, lw.Attr | lw.Blk | lw.Map],
+    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, lw.Attr | lw.BlockSchema | lw.Map],
                 loc: tuple[Any, ...], site: _CallSite, where: str,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -277,7 +277,9 @@ class _Converter:
                         "P0201", f"unknown attribute `{name}` in {where}", site.span(),
                         "unknown keyword argument",
                         help=dg.did_you_mean(name, choices)
-                        or f"allowed here: {', '.join(sorted(choices))}")
+                        or f"allowed here: {', '.join(sorted(choices))}",
+                        about=dg.Subject("attribute", name),
+                        suggestion=dg.closest(name, choices))
                 self.diagnostics.append(diag)
                 continue
             target = kind.target or (name,)
@@ -291,9 +293,9 @@ class _Converter:
             node[target[-1]] = converted
         return out
 
-    def member(self, name: str, value: Any, kind: lw.Attr | lw.Blk | lw.Map,
+    def member(self, name: str, value: Any, kind: lw.Attr | lw.BlockSchema | lw.Map,
                loc: tuple[Any, ...], site: _CallSite) -> Any:
-        if isinstance(kind, lw.Blk):
+        if isinstance(kind, lw.BlockSchema):
             if kind.flag and isinstance(value, bool):
                 return {} if value else None
             if isinstance(value, _Section):

@@ -7,6 +7,7 @@ import enum
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from durapipe.dsl import codes
 from durapipe.dsl.source import Source, Span
@@ -25,6 +26,17 @@ class Label:
     message: str = ""
 
 
+SubjectKind = Literal["block", "attribute", "param", "stage"]
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a diagnostic is about: a block kind, an attribute, a param or a stage, by name."""
+
+    kind: SubjectKind
+    name: str
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     code: str
@@ -35,6 +47,11 @@ class Diagnostic:
     #: Where the diagnostic came from when there is no source span (the Python builder's caller).
     location: str | None = None
     severity: Severity = field(default=Severity.ERROR)
+    #: What the diagnostic is about, for the phases that weigh one diagnostic against another
+    #: (a missing attribute that a typo explains); never rendered.
+    about: Subject | None = field(default=None, compare=False)
+    #: The name a "did you mean" hint suggests.
+    suggestion: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.code not in codes.CODES:
@@ -69,9 +86,12 @@ def error(
     help: str | None = None,
     notes: Iterable[str] = (),
     extra: Iterable[Label] = (),
+    about: Subject | None = None,
+    suggestion: str | None = None,
 ) -> Diagnostic:
     labels = ((Label(span, label),) if span is not None else ()) + tuple(extra)
-    return Diagnostic(code, message, labels, help, tuple(notes))
+    return Diagnostic(code, message, labels, help, tuple(notes), about=about,
+                      suggestion=suggestion)
 
 
 def warning(code: str, message: str, span: Span | None, label: str = "", *,
@@ -80,14 +100,20 @@ def warning(code: str, message: str, span: Span | None, label: str = "", *,
     return Diagnostic(code, message, labels, help, severity=Severity.WARNING)
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """A hint naming the closest choice, if one is close enough to be a likely typo."""
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``word``, if one is close enough to be a likely typo."""
     choices = list(choices)
     lowered = {c.lower(): c for c in choices}
     if word.lower() in lowered and lowered[word.lower()] != word:
-        return f"did you mean `{lowered[word.lower()]}`?"
+        return lowered[word.lower()]
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"did you mean `{close[0]}`?" if close else None
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A hint naming the closest choice, if one is close enough to be a likely typo."""
+    name = closest(word, choices)
+    return f"did you mean `{name}`?" if name is not None else None
 
 
 def sort_unique(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:

@@ -33,13 +33,14 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
     pipeline, errors = validate.model_from_data(data, source_map, fallback)
     reported = diagnostics  # by parsing and lowering: what the later phases may follow from
     diagnostics = diagnostics + validate.drop_consequences(errors, reported)
-    if pipeline is not None and not any(d.code == "P0202" and "pipeline" in d.message
-                                        for d in diagnostics):
+    no_pipeline = dg.Subject("block", "pipeline")
+    if pipeline is not None and not any(d.about == no_pipeline for d in diagnostics):
         checked = validate.check(pipeline, source_map, fallback, data)
         diagnostics += validate.drop_consequences(checked, reported)
     diagnostics = dg.sort_unique(diagnostics)
-    if dg.has_errors(diagnostics):
+    if dg.has_errors(diagnostics) or pipeline is None:
         return LoadResult(None, diagnostics, source_map)
+    validate.mark_checked(pipeline)
     return LoadResult(pipeline, diagnostics, source_map)
 
 

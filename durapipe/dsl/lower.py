@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durapipe.dsl import syntax as st
-from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
+from durapipe.dsl.diagnostics import Diagnostic, Label, Subject, closest, did_you_mean, error
 from durapipe.dsl.model import Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, SourceMap, Span
 from durapipe.dsl.typecheck import Loc
@@ -29,10 +29,10 @@ class Attr:
 
 
 @dataclass(frozen=True)
-class Blk:
+class BlockSchema:
     """A nested block with its own vocabulary; ``flag`` also accepts ``name = true|false``."""
 
-    schema: dict[str, Attr | Blk | Map]
+    schema: dict[str, Attr | BlockSchema | Map]
     flag: bool = False
     target: tuple[str, ...] | None = None
 
@@ -82,36 +82,36 @@ def _schedules(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
     return value if isinstance(value, list) else [value]
 
 
-RETRY = Blk({
+RETRY = BlockSchema({
     "attempts": Attr(), "preemptions": Attr(), "backoff": Attr(), "backoff_factor": Attr(),
     "max_backoff": Attr(), "gpu_oom": Attr(),
-    "on_oom": Blk({"memory": Attr()}),
+    "on_oom": BlockSchema({"memory": Attr()}),
 })
-RESOURCES = Blk({
+RESOURCES = BlockSchema({
     "cpu": Attr(), "memory": Attr(), "ephemeral_storage": Attr(), "shm": Attr(),
-    "gpu": Blk({"count": Attr(), "types": Attr(_gpu_types), "fallback_after": Attr()}),
+    "gpu": BlockSchema({"count": Attr(), "types": Attr(_gpu_types), "fallback_after": Attr()}),
 })
-STAGE_SCHEMA: dict[str, Attr | Blk | Map] = {
+STAGE_SCHEMA: dict[str, Attr | BlockSchema | Map] = {
     "image": Attr(), "command": Attr(), "script": Attr(), "args": Attr(), "workdir": Attr(),
     "env": Map(), "inputs": Map(), "outputs": Map(), "needs": Attr(_needs),
     "resources": RESOURCES,
     "interruptible": Attr(), "last_attempt_on_demand": Attr(),
     "retry": RETRY,
-    "cache": Blk({"version": Attr(), "max_age": Attr()}, flag=True),
-    "checkpoint": Blk({"path": Attr(), "keep": Attr(), "scope": Attr()}, flag=True),
+    "cache": BlockSchema({"version": Attr(), "max_age": Attr()}, flag=True),
+    "checkpoint": BlockSchema({"path": Attr(), "keep": Attr(), "scope": Attr()}, flag=True),
     "timeout": Attr(),
-    "distributed": Blk({"replicas": Attr(), "procs_per_node": Attr(), "launcher": Attr(),
+    "distributed": BlockSchema({"replicas": Attr(), "procs_per_node": Attr(), "launcher": Attr(),
                         "max_restarts": Attr(), "restart_on_maintenance": Attr()}),
     "labels": Map(), "annotations": Map(),
 }
 #: Per-stage graph structure cannot come from ``defaults``.
 NOT_IN_DEFAULTS = ("needs", "inputs", "outputs")
-PIPELINE_SCHEMA: dict[str, Attr | Blk | Map] = {
+PIPELINE_SCHEMA: dict[str, Attr | BlockSchema | Map] = {
     "namespace": Attr(), "storage": Attr(), "storage_secret": Attr(),
     "service_account": Attr(), "schedule": Attr(_schedules, target=("schedules",)),
     "timezone": Attr(), "kind": Attr(), "labels": Map(), "annotations": Map(),
     "profile": Attr(target=("cluster", "profile")),
-    "cluster": Blk({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
+    "cluster": BlockSchema({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
                     "spot_selector": Map(), "on_demand_selector": Map()}),
 }
 
@@ -170,7 +170,7 @@ class Lowering:
 
     # -- blocks ---------------------------------------------------------------------------
 
-    def members(self, block: st.Block, schema: dict[str, Attr | Blk | Map], loc: Loc,
+    def members(self, block: st.Block, schema: dict[str, Attr | BlockSchema | Map], loc: Loc,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
         seen: dict[str, st.Attribute | st.Block] = {}
@@ -198,7 +198,7 @@ class Lowering:
             _set_path(out, target, value)
         return out
 
-    def member(self, member: st.Attribute | st.Block, kind: Attr | Blk | Map, loc: Loc) -> Any:
+    def member(self, member: st.Attribute | st.Block, kind: Attr | BlockSchema | Map, loc: Loc) -> Any:
         name_span = member.key_span if isinstance(member, st.Attribute) else member.name_span
         if isinstance(kind, Attr):
             if isinstance(member, st.Block):
@@ -209,18 +209,18 @@ class Lowering:
             value = self.value(member.value, loc)
             return kind.convert(value, member.value, self, loc) if kind.convert else value
         if isinstance(member, st.Attribute):
-            if isinstance(kind, Blk) and kind.flag and isinstance(member.value, st.BoolValue):
+            if isinstance(kind, BlockSchema) and kind.flag and isinstance(member.value, st.BoolValue):
                 self.source_map[loc] = member.value.span
                 return {} if member.value.value else None
-            what = "block" if isinstance(kind, Blk) else "block of `key = value` pairs"
+            what = "block" if isinstance(kind, BlockSchema) else "block of `key = value` pairs"
             self.diagnostics.append(error(
                 "P0203", f"`{member.key}` is a {what}", member.value.span,
                 "expected `{ ... }`",
                 help=f"write `{member.key} {{ ... }}`"
-                + (f" or `{member.key} = true`" if isinstance(kind, Blk) and kind.flag else "")))
+                + (f" or `{member.key} = true`" if isinstance(kind, BlockSchema) and kind.flag else "")))
             return _INVALID
         self.source_map[loc] = name_span
-        if isinstance(kind, Blk):
+        if isinstance(kind, BlockSchema):
             return self.members(member, kind.schema, loc)
         entries: dict[str, Any] = {}
         for entry in member.members:
@@ -239,7 +239,7 @@ class Lowering:
         return entries
 
     def _unknown(self, name: str, span: Span, block: st.Block,
-                 schema: dict[str, Attr | Blk | Map], forbidden: tuple[str, ...]) -> None:
+                 schema: dict[str, Attr | BlockSchema | Map], forbidden: tuple[str, ...]) -> None:
         if name in forbidden:
             self.diagnostics.append(error(
                 "P0209", f"`{name}` cannot be set in `defaults`", span, "per-stage only",
@@ -249,7 +249,8 @@ class Lowering:
         choices = [k for k in schema if k not in forbidden]
         self.diagnostics.append(error(
             "P0201", f"unknown attribute `{name}` in {where}", span, "unknown here",
-            help=did_you_mean(name, choices) or f"allowed here: {', '.join(sorted(choices))}"))
+            help=did_you_mean(name, choices) or f"allowed here: {', '.join(sorted(choices))}",
+            about=Subject("attribute", name), suggestion=closest(name, choices)))
 
 
 _INVALID = object()
@@ -325,7 +326,8 @@ def lower(file: st.File) -> Lowering:
     if not pipelines:
         low.diagnostics.append(error(
             "P0202", "missing the `pipeline \"name\" { }` block", Span(source, 0, 0),
-            "expected a pipeline block", help='start the file with `pipeline "my-pipeline" { }`'))
+            "expected a pipeline block", help='start the file with `pipeline "my-pipeline" { }`',
+            about=Subject("block", "pipeline")))
         data["name"] = "unnamed"
     else:
         pipe = pipelines[0]

@@ -10,6 +10,7 @@ none escapes this module.
 from __future__ import annotations
 
 import functools
+import threading
 import itertools
 import math
 import operator
@@ -24,7 +25,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from durapipe import __version__, grammars
 from durapipe.dsl import syntax as st
-from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error
+from durapipe.dsl.diagnostics import Diagnostic, Label, Subject, closest, did_you_mean, error
 from durapipe.dsl.source import Source, Span
 
 MAX_INPUT_CHARS = 16 * 1024 * 1024
@@ -57,7 +58,7 @@ _KEYWORD_FOLLOWERS = {"pipeline": re.compile(r'\s*"'), "stage": re.compile(r'\s*
 _KEY_FOLLOWERS = re.compile(r"[ \t]*[={:]")
 
 
-class _Skipper:
+class _RecoveringPostLexer:
     """Post-lexer that restores keywords and can drop the tokens of a block the parser cannot
     make sense of.
 
@@ -66,9 +67,8 @@ class _Skipper:
     ``process`` at all (they arrive at the error handler, which passes them to :meth:`skip`).
     """
 
-    always_accept: tuple[str, ...] = ()
-
-    def __init__(self) -> None:
+    def __init__(self, state: _ParseState) -> None:
+        self.state = state
         self.skipping = False
         #: Skipping the rest of one member (attribute, block, param) rather than a whole block.
         self.member = False
@@ -180,8 +180,8 @@ class _Skipper:
         return tokens
 
     def missing_close(self, before: int, brace: int) -> lark.Token:
-        state = _Holder.state
-        if state is not None and len(state.diagnostics) < MAX_SYNTAX_ERRORS and \
+        state = self.state
+        if len(state.diagnostics) < MAX_SYNTAX_ERRORS and \
                 state.source.line_col(brace)[0] != state.open_string_line:
             # (An unterminated string that ate the `}` is the one mistake to report.)
             source = state.source
@@ -213,8 +213,8 @@ class _Skipper:
         """Report an unterminated string when it is read, so that it is reported even when
         the member holding it is abandoned by error recovery (it ate the rest of its line,
         closing brackets included, so the next syntax error is usually its consequence)."""
-        state = _Holder.state
-        if state is None or len(state.diagnostics) >= MAX_SYNTAX_ERRORS:
+        state = self.state
+        if len(state.diagnostics) >= MAX_SYNTAX_ERRORS:
             return
         state.diagnostics.append(error(
             "P0107", "unterminated string", _span_of(token, state.source),
@@ -226,8 +226,8 @@ class _Skipper:
         """``name =`` at the end of a line whose next line starts another member: report the
         missing value at the `=`, and stand in an empty string spanning the `=` (diagnostics
         about that stand-in are dropped as consequences, see ``validate.drop_consequences``)."""
-        state = _Holder.state
-        if state is not None and len(state.diagnostics) < MAX_SYNTAX_ERRORS:
+        state = self.state
+        if len(state.diagnostics) < MAX_SYNTAX_ERRORS:
             state.diagnostics.append(error(
                 "P0100", "missing value after `=`", _span_of(equal, state.source),
                 "expected a value after this `=`",
@@ -254,18 +254,49 @@ class _ParseState:
     gave_up: bool = False
     #: Line of the last unterminated string; a syntax error on it or the next line follows.
     open_string_line: int = -10
+    #: ``(offset, offset of a `{`)``: put a `}` before the first token at the offset.
+    closes: list[tuple[int, int]] = field(default_factory=list)
+    skipper: _RecoveringPostLexer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.skipper = _RecoveringPostLexer(self)
+        self.skipper.reset(self.source.text)
+        self.skipper.closes = list(self.closes)
 
 
-class _Holder:
-    """The parse in progress; lark's callbacks are bound once, when the parser is built."""
+class _Parses(threading.local):
+    """The parses in progress on this thread, innermost last.
 
-    state: _ParseState | None = None
-    skipper = _Skipper()
+    lark binds its post-lexer and lexer callbacks once, when the parser is built, so they find
+    the parse they serve here: per thread (an editor server parses concurrently) and as a
+    stack (a parse started while another is in progress, from a callback, is re-entrant).
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[_ParseState] = []
+
+
+_PARSES = _Parses()
+#: Building the parser (and writing lark's cache file) happens once, on one thread.
+_BUILD_LOCK = threading.Lock()
+
+
+def _current() -> _ParseState:
+    return _PARSES.stack[-1]
+
+
+class _CurrentPostLexer:
+    """The post-lexer lark holds: hands the token stream to the current parse's skipper."""
+
+    always_accept: tuple[str, ...] = ()
+
+    def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
+        return _current().skipper.process(stream)
 
 
 def _collect_comment(token: lark.Token) -> lark.Token:
-    state = _Holder.state
-    if state is not None:
+    if _PARSES.stack:
+        state = _current()
         state.comments.append(
             st.Comment(Span(state.source, token.start_pos or 0, token.end_pos or 0), str(token))
         )
@@ -289,14 +320,19 @@ def _cache_path() -> str | None:
     return os.path.join(directory, f"pipe-grammar-{__version__}.lark-cache")
 
 
-@functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
+    with _BUILD_LOCK:
+        return _build_parser()
+
+
+@functools.lru_cache(maxsize=1)
+def _build_parser() -> lark.Lark:
     options: dict[str, Any] = dict(
         parser="lalr",
         lexer="contextual",
         propagate_positions=False,
         maybe_placeholders=False,
-        postlex=_Holder.skipper,
+        postlex=_CurrentPostLexer(),
         lexer_callbacks={"COMMENT": _collect_comment},
     )
     cache = _cache_path()
@@ -326,20 +362,18 @@ def parse(source: Source) -> tuple[st.File | None, list[Diagnostic]]:
 
 def _parse(source: Source, closes: list[tuple[int, int]]) -> tuple[st.File | None,
                                                                    list[Diagnostic]]:
-    state = _ParseState(source)
-    _Holder.state = state
-    _Holder.skipper.reset(source.text)
-    _Holder.skipper.closes = list(closes)
+    state = _ParseState(source, closes=list(closes))
+    parser = _parser()
+    _PARSES.stack.append(state)
     try:
-        tree = _parser().parse(source.text, on_error=lambda e: _recover(e, state))
+        tree = parser.parse(source.text, on_error=lambda e: _recover(e, state))
     except UnexpectedInput as exc:
         if len(state.diagnostics) < MAX_SYNTAX_ERRORS and not (state.gave_up
                                                                 and state.diagnostics):
             state.diagnostics.append(_generic(exc, state))
         return None, state.diagnostics
     finally:
-        _Holder.state = None
-        _Holder.skipper.reset("")
+        _PARSES.stack.pop()
     builder = _TreeBuilder(state)
     file = builder.file(tree)
     return file, state.diagnostics
@@ -495,7 +529,7 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
         state.gave_up = True  # what was reported so far stands; the rest is not checked
         return False
     source = state.source
-    skipper = _Holder.skipper
+    skipper = state.skipper
     if isinstance(exc, UnexpectedCharacters):
         # Junk inside a block that is being skipped was reported with the block already.
         return True if skipper.skipping else _recover_characters(exc, state)
@@ -559,7 +593,7 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
         return True
 
     if "LBRACE" in accepts and token.type not in ("LBRACE", "$END") \
-            and _after_block_header(ip) and _Holder.skipper._first_on_line(token) \
+            and _after_block_header(ip) and skipper._first_on_line(token) \
             and _accepts_after(ip, "LBRACE", token):
         # `stage "x"` or `defaults` with the `{` forgotten at the end of the line.
         diags.append(error("P0100", "missing `{`", span, "expected `{` before this",
@@ -570,18 +604,20 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
         return True
 
     if token.type == "NAME" and "STAGE" in accepts:
-        hint = did_you_mean(str(token), ["pipeline", "stage", "params", "defaults"])
+        kinds = ["pipeline", "stage", "params", "defaults"]
+        hint = did_you_mean(str(token), kinds)
         diags.append(error(
             "P0207", f"unknown top-level block `{token}`", span, "not a top-level block",
-            help=hint or "a file holds `pipeline`, `params`, `defaults` and `stage` blocks"))
-        _Holder.skipper.start_skipping()
+            help=hint or "a file holds `pipeline`, `params`, `defaults` and `stage` blocks",
+            about=Subject("block", str(token)), suggestion=closest(str(token), kinds)))
+        skipper.start_skipping()
         return True
 
     if token.type == "EQUAL" and "COLON" in accepts:
         diags.append(error("P0100", "a param is declared `name: type = default`", span,
                            "expected `:` and a type", help="for example `epochs: int = 3`"))
         state.last_generic_line = span.line
-        _resync(ip, token)
+        _resync(ip, token, skipper)
         return True
 
     if span.line - state.open_string_line <= 1:
@@ -589,7 +625,7 @@ def _recover(exc: UnexpectedInput, state: _ParseState) -> bool:
     elif span.line != state.last_generic_line:
         diags.append(_generic(exc, state))
     state.last_generic_line = span.line
-    _resync(ip, token)
+    _resync(ip, token, skipper)
     return True
 
 
@@ -638,7 +674,7 @@ def _pop_to_boundary(ip: Any) -> tuple[int, int, set[str]]:
     return braces, brackets, accepts
 
 
-def _resync(ip: Any, token: lark.Token) -> None:
+def _resync(ip: Any, token: lark.Token, skipper: _RecoveringPostLexer) -> None:
     """Panic-mode recovery after an unexpected ``token``: abandon the member being parsed
     (pop the parser's stack back to the enclosing block, between two members) and resume at
     ``token`` if it can start a new member there, or else at the next token that can, so the
@@ -647,7 +683,6 @@ def _resync(ip: Any, token: lark.Token) -> None:
     # Unclosed `{` and `[`/`(` among what is dropped, the offending token included.
     braces = popped_braces + (1 if token.type == "LBRACE" else 0)
     brackets = popped_brackets + (1 if token.type in ("LSQB", "LPAR") else 0)
-    skipper = _Holder.skipper
     if "STAGE" in accepts and "RBRACE" not in accepts:
         # Between top-level blocks: drop tokens up to the next block.
         skipper.start_skipping()
@@ -838,7 +873,7 @@ class _TreeBuilder:
                 "P0105", "strings use double quotes", span, "single-quoted",
                 help=f'write "{str(first)[1:-1]}"'))
             return st.StrValue(span, [str(first)[1:-1]])
-        if kind == "open_string":  # reported by the post-lexer (_Skipper.open_string)
+        if kind == "open_string":  # reported by the post-lexer (_RecoveringPostLexer.open_string)
             assert isinstance(first, lark.Token)
             return st.StrValue(span, [str(first)[1:]])
         if kind == "heredoc":

@@ -13,7 +13,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from durapipe.dsl import catalog, typecheck
-from durapipe.dsl.diagnostics import Diagnostic, Label, did_you_mean, error, warning
+from durapipe.dsl.diagnostics import (
+    Diagnostic,
+    Label,
+    Subject,
+    closest,
+    did_you_mean,
+    error,
+    warning,
+)
 from durapipe.dsl.lower import copy_containers
 from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
@@ -93,7 +101,8 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
             hint = {"image": "set `image` in the stage or in `defaults`",
                     "replicas": "set `replicas` to the number of nodes"}.get(field)
             diag = error("P0202", f"missing required attribute {what}", span,
-                         f"{what} is required here", help=hint or f"add `{field} = ...`")
+                         f"{what} is required here", help=hint or f"add `{field} = ...`",
+                         about=Subject("attribute", field))
             key: tuple[object, ...] = (loc, "missing")
         else:
             span = lookup(source_map, loc) or fallback
@@ -144,7 +153,6 @@ def drop_consequences(errors: list[Diagnostic], earlier: Iterable[Diagnostic]) -
 
 
 _LOSSY_SYNTAX = {"P0100", "P0103", "P0107"}
-_DID_YOU_MEAN_RE = re.compile(r"did you mean `([^`]+)`\?")
 
 
 def drop_missing_after_mistakes(diagnostics: list[Diagnostic],
@@ -170,26 +178,25 @@ def drop_missing_after_mistakes(diagnostics: list[Diagnostic],
     broken = {kind for kind, _, span in spans if kind != "stage" and has_syntax_error(span)}
     broken_stages = {label for kind, label, span in spans
                      if kind == "stage" and label and has_syntax_error(span)}
-    typos = {m.group(1) for d in diagnostics if d.code in ("P0201", "P0207") and d.help
-             for m in [_DID_YOU_MEAN_RE.search(d.help)] if m}
+    typos = {d.suggestion for d in diagnostics
+             if d.code in ("P0201", "P0207") and d.suggestion is not None}
 
     def explained(diag: Diagnostic) -> bool:
-        message, at = diag.message, diag.span
-        if diag.code == "P0202" and message.startswith("missing the `pipeline"):
+        about, at = diag.about, diag.span
+        if diag.code == "P0202" and about == Subject("block", "pipeline"):
             return bool(syntax) or "pipeline" in typos
         if diag.code in ("P0202", "P0306"):
-            if any(message == f"missing required attribute `{t}`" for t in typos):
+            if about is not None and about.kind == "attribute" and about.name in typos:
                 return True
             if "defaults" in broken or "defaults" in typos:
                 return True
             return at is not None and any(kind == "stage" and span.start <= at.start < span.end
                                           and has_syntax_error(span)
                                           for kind, _, span in spans)
-        if diag.code == "P0301":
-            if message.startswith("unknown param"):
+        if diag.code == "P0301" and about is not None:
+            if about.kind == "param":
                 return "params" in broken or "params" in typos
-            return "stage" in typos or any(f"`{name}." in message or f"`{name}`" in message
-                                           for name in broken_stages)
+            return "stage" in typos or about.name in broken_stages
         if diag.code == "P0317":
             return "pipeline" in broken or "pipeline" in typos or "storage" in typos
         return False
@@ -297,13 +304,15 @@ class _Checker:
                 name = ref.path[1] if len(ref.path) > 1 else ""
                 self.add(error("P0301", f"unknown param `{ref}`", span, "no such param",
                                help=did_you_mean(name, names)
-                               or "declare it in `params { NAME: TYPE = DEFAULT }`"))
+                               or "declare it in `params { NAME: TYPE = DEFAULT }`",
+                               about=Subject("param", name), suggestion=closest(name, names)))
             return
         target = ref.path[0]
         if target not in stage_index:
             self.add(error("P0301", f"unknown stage `{target}` in `{ref}`", span,
                            "no such stage",
-                           help=did_you_mean(target, list(stage_index) + ["params"])))
+                           help=did_you_mean(target, list(stage_index) + ["params"]),
+                           about=Subject("stage", target)))
             return
         if target == stage.name:
             self.add(error("P0308", f'stage "{stage.name}" refers to its own outputs', span,
@@ -312,7 +321,8 @@ class _Checker:
         if len(ref.path) == 1:
             self.add(error("P0301", f"`{ref}` names a stage; use `{ref}.outputs.NAME`", span,
                            "a stage, not a value",
-                           help="bare stage names belong in `needs = [...]`"))
+                           help="bare stage names belong in `needs = [...]`",
+                           about=Subject("stage", target)))
             return
         outputs = list(self.p.stages[stage_index[target]].outputs)
         if len(ref.path) != 3 or ref.path[1] != "outputs" or ref.path[2] not in outputs:
@@ -320,11 +330,20 @@ class _Checker:
             self.add(error("P0301", f"unknown output `{ref}`", span, "no such output",
                            help=did_you_mean(last, outputs)
                            or (f'stage "{target}" declares outputs: {", ".join(outputs)}'
-                               if outputs else f'stage "{target}" declares no outputs')))
+                               if outputs else f'stage "{target}" declares no outputs'),
+                           about=Subject("stage", target)))
 
-    def stage(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
+    def references(self) -> list[Diagnostic]:
+        """Only the rules about references and the stage graph (P0301-P0303, P0308)."""
+        stage_index = self.unique_stages()
+        for i, stage in enumerate(self.p.stages):
+            self.stage_refs(i, stage, stage_index)
+        self.cycles(stage_index)
+        return self.diags
+
+    def stage_refs(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
+        """References, wherever they appear, and ``needs``."""
         base = ("stages", i)
-        # References, wherever they appear.
         for field in ("command", "args"):
             for j, item in enumerate(getattr(stage, field) or ()):
                 self._refs_in(i, item, (*base, field, j), stage_index)
@@ -336,10 +355,15 @@ class _Checker:
             span = self.at(*base, "needs", j)
             if name not in stage_index:
                 self.add(error("P0301", f"unknown stage `{name}` in `needs`", span,
-                               "no such stage", help=did_you_mean(name, list(stage_index))))
+                               "no such stage", help=did_you_mean(name, list(stage_index)),
+                               about=Subject("stage", name)))
             elif name == stage.name:
                 self.add(error("P0308", f'stage "{stage.name}" needs itself', span,
                                "self-reference"))
+
+    def stage(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
+        base = ("stages", i)
+        self.stage_refs(i, stage, stage_index)
         written = bool(self.written(i) & {"command", "script"})
         if stage.command is not None and stage.script is not None or (
                 stage.command is None and stage.script is None and not written):
@@ -500,3 +524,26 @@ def check(pipeline: Pipeline, source_map: SourceMap, fallback: Span | None,
     """The language's own rules on a built model; ``data`` is what it was built from, for the
     rules about what was written rather than what it means (``backoff_factor`` alone)."""
     return _Checker(pipeline, source_map, fallback, data).run()
+
+
+_CHECKED = "_durapipe_checked"
+
+
+def mark_checked(pipeline: Pipeline) -> None:
+    """Record that ``pipeline`` (this object) passed every check.  The mark lives in the
+    instance dict, as ``cached_property`` values do, so it is outside equality and a changed
+    copy (``dataclasses.replace``) is not marked."""
+    pipeline.__dict__[_CHECKED] = True
+
+
+def is_checked(pipeline: Pipeline) -> bool:
+    return bool(pipeline.__dict__.get(_CHECKED))
+
+
+def check_references(pipeline: Pipeline, source_map: SourceMap) -> list[Diagnostic]:
+    """The rules about references and the stage graph, on a model the front end has not
+    checked (one built in code): the one place unknown references (P0301) and cycles (P0302)
+    are found, for ``compile_pipeline`` as for ``check``."""
+    if is_checked(pipeline):
+        return []
+    return _Checker(pipeline, source_map, None, {}).references()

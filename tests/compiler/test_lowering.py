@@ -518,8 +518,21 @@ def test_brace_before_a_reference_is_refused_but_plain_braces_pass() -> None:
 
 
 def test_bare_stage_reference_in_a_command_is_diagnosed() -> None:
+    # The front end's reference rules run on a model built in code (P0301: a stage is not a
+    # value); the lowering adds that it has nothing to put there (P0405).
     s = stage("b", command=("echo", Ref(path=("a",))))
-    assert codes(pipeline(stage("a"), s)) == ["P0405"]
+    assert codes(pipeline(stage("a"), s)) == ["P0301", "P0405"]
+
+
+def test_unknown_references_and_cycles_of_a_model_built_in_code_are_the_front_ends() -> None:
+    a = stage("a", command=("echo", Ref(path=("b", "outputs", "x"))), outputs={"y": "/y"})
+    b = stage("b", command=("echo", Ref(path=("a", "outputs", "y")), Ref(path=("params", "n"))),
+              outputs={"x": "/x"})
+    result = compile_pipeline(pipeline(a, b), CompileOptions())
+    assert sorted((d.code, d.message) for d in result.diagnostics) == [
+        ("P0301", "unknown param `params.n`"),
+        ("P0302", "dependency cycle: a -> b -> a"),
+    ] and result.documents == []
 
 
 def test_generated_name_collision_is_diagnosed() -> None:

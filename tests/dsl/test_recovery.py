@@ -7,6 +7,7 @@ much of the file shows up here as extra errors (a cascade) or a missing one.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,41 @@ def test_mistakes_in_several_blocks_are_each_reported_once() -> None:
     errors = [(d.code, d.span.line if d.span else 0) for d in result.diagnostics if d.is_error]
     assert errors == [("P0100", 6), ("P0201", 10), ("P0100", 16), ("P0107", 19),
                       ("P0100", 25)], render(result.diagnostics)
+
+
+def test_concurrent_parses_recover_independently() -> None:
+    """The parser keeps each parse's recovery state per parse (an editor server parses many
+    files at once): eight threads parsing different broken files concurrently report exactly
+    what each reports alone."""
+    import threading
+
+    texts = [BASE.replace(old, new) for old, new, _ in CASES.values()]
+    alone = [render(loads(text, f"case{i}.pipe").diagnostics) for i, text in enumerate(texts)]
+    together: dict[int, list[str]] = {}
+    start = threading.Barrier(8)
+
+    errors: list[BaseException] = []
+
+    def work(worker: int) -> None:
+        start.wait()
+        try:
+            for _ in range(3):
+                for i in range(worker, len(texts), 8):
+                    result = render(loads(texts[i], f"case{i}.pipe").diagnostics)
+                    together.setdefault(i, []).append(result)
+        except BaseException as exc:  # reported below: a thread's exception is not a failure
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so parses interleave
+    try:
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert {i: set(results) for i, results in together.items()} == \
+        {i: {text} for i, text in enumerate(alone)}
