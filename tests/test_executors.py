@@ -35,6 +35,20 @@ def templates(p: Pipeline) -> dict[str, Json]:
     return {t["name"]: t for t in doc["spec"]["templates"]}
 
 
+def run_by(ts: dict[str, Json], task: str) -> tuple[Json, dict[str, str]]:
+    """The template a task of the ``train`` stage DAG runs, and the parameters it passes."""
+    (call,) = [t for t in ts["train"]["dag"]["tasks"] if t["name"] == task]
+    params = {p["name"]: p["value"] for p in call.get("arguments", {}).get("parameters", [])}
+    return ts[call["template"]], params
+
+
+def resolve(text: str, params: dict[str, str]) -> str:
+    """``{{inputs.parameters.X}}`` tags replaced with what the task passes, as Argo does."""
+    for name, value in params.items():
+        text = text.replace("{{inputs.parameters." + name + "}}", value)
+    return text
+
+
 def the_plan(p: Pipeline) -> StagePlan:
     (plan,) = plan_pipeline(p, checkpoint_grace_seconds=300).stages
     return plan
@@ -75,7 +89,7 @@ def test_gpu_oom_fails_by_default_both_ways_and_in_the_runtime() -> None:
     p = pipeline(stage(retry=Retry(attempts=2)))
     plan = the_plan(p)
     assert Retry().gpu_oom == contract.DEFAULT_GPU_OOM_POLICY == "fail"
-    (leaf,) = [t for name, t in templates(p).items() if name == "train-app-0"]
+    leaf, _ = run_by(templates(p), "train-app-0")
     env = {e["name"]: e.get("value") for e in leaf["container"]["env"]}
     assert env[contract.ENV_GPU_OOM_POLICY] == "fail"
     # Argo: exit 86 does not start the next application attempt.
@@ -94,13 +108,15 @@ def test_memory_rungs_and_attempt_numbers_agree_on_paper() -> None:
     path = [("train-mem-1gi-app-0", 0), ("train-mem-1gi-app-0", 1), ("train-mem-2gi-app-0", 0),
             ("train-mem-2gi-app-1", 0), ("train-mem-4gi-app-1", 0)]
     for (task, retries), (number, memory, _) in zip(path, local):
-        container = ts[task]["container"]
+        template, params = run_by(ts, task)
+        container = template["container"]
         env = {e["name"]: e.get("value") for e in container["env"]}
-        text = env[contract.ENV_ATTEMPT].replace("{{retries}}", str(retries))
-        if text.startswith("{{=asInt(retries) + "):
-            text = str(retries + int(text[len("{{=asInt(retries) + "):-2]))
-        assert int(text) == number, task
-        assert container["resources"]["limits"]["memory"] == units.format_bytes(memory or 0)
+        assert env[contract.ENV_ATTEMPT] == "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}"
+        assert int(params["attempt"]) + retries == number, task
+        # One pod template for every rung: its podSpecPatch sets the task's memory.
+        (patched,) = json.loads(resolve(template["podSpecPatch"], params))["containers"]
+        assert patched["resources"]["limits"]["memory"] == units.format_bytes(memory or 0)
+        assert resolve(env[contract.ENV_MEMORY_LIMIT], params) == str(memory)
     numbers = [n for n, _, _ in local]
     assert numbers == sorted(set(numbers)), "unique and increasing"
 
@@ -140,7 +156,8 @@ def test_the_contract_environment_is_the_same_both_ways(tmp_path: Path) -> None:
     record = Runner(p, str(tmp_path / "p.pipe"), RunOptions(home=tmp_path / ".durapipe")).run()
     assert record.status == "succeeded", record.stages["train"].reason
     local = json.loads(Path(record.stages["train"].outputs["env"]).read_text())
-    pod = {e["name"]: e["value"] for e in templates(p)["train-mem-1gi"]["container"]["env"]
+    leaf, params = run_by(templates(p), "train-mem-1gi")
+    pod = {e["name"]: resolve(e["value"], params) for e in leaf["container"]["env"]
            if e["name"].startswith("DURAPIPE_")}
     # Only where each executor keeps its files and its run id differ; the sidecar is the pod's.
     # DURAPIPE_ATTEMPT is `{{retries}}` in the pod (the attempt tests above run it).

@@ -322,10 +322,30 @@ def memoize(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], st
     }
 
 
-def pod_spec_patch(ctx: Context, plan: StagePlan, limit: int) -> str | None:
-    """Template ``podSpecPatch``: grace period, and the last attempt on on-demand capacity."""
+def resources_patch(ctx: Context, *, memory: bool, gpu_count: bool) -> Json:
+    """The main container's resources from the task's inputs, where one pod template serves
+    several rungs or GPU types: Argo templates no container resources, ``podSpecPatch`` can."""
+    limits: Json = {}
+    requests: Json = {}
+    if memory:
+        limits["memory"] = requests["memory"] = "{{inputs.parameters.memory}}"
+    if gpu_count:
+        limits[ctx.pipeline.cluster.gpu_resource] = "{{inputs.parameters.gpu-count}}"
+    resources: Json = {"limits": limits}
+    if requests:
+        resources["requests"] = requests
+    return {"name": "main", "resources": resources}
+
+
+def pod_spec_patch(ctx: Context, plan: StagePlan, limit: int, *, memory_param: bool = False,
+                   gpu_count_param: bool = False) -> str | None:
+    """Template ``podSpecPatch``: grace period, the last attempt on on-demand capacity, and
+    the main container's memory or GPU count from the task's inputs."""
     stage = plan.stage
     patch: Json = {}
+    if memory_param or gpu_count_param:
+        patch["containers"] = [resources_patch(ctx, memory=memory_param,
+                                               gpu_count=gpu_count_param)]
     if plan.pod.grace_seconds is not None:
         patch["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
     if stage.interruptible and stage.last_attempt_on_demand and limit > 0:

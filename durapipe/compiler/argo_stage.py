@@ -11,15 +11,18 @@ expression text of those conditions comes from ``argo_retry``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from durapipe.compiler import argo_retry
+from durapipe.compiler import argo_retry, naming
 from durapipe.compiler.argo_jobset import lower_jobset
 from durapipe.compiler.argo_pod import (
     OUTPUT_HASH_DIR,
     fill_main_container,
+    gpu_label,
+    gpu_product,
     init_container,
     memoize,
     on_demand_selector,
@@ -41,7 +44,7 @@ from durapipe.compiler.argo_text import (
     upstream_hash_input,
 )
 from durapipe.compiler.context import Context, Loc
-from durapipe.compiler.plan import Pred, StagePlan, TaskPlan
+from durapipe.compiler.plan import Pred, StagePlan, TaskPlan, Variant
 from durapipe.dsl import units
 from durapipe.runtime import contract
 
@@ -153,8 +156,57 @@ def retry_strategy(plan: StagePlan, limit: int) -> Json | None:
     return out
 
 
-def attempt_text(task: TaskPlan, retried: bool) -> str:
-    """``DURAPIPE_ATTEMPT``: the task's first attempt plus Argo's ``retries`` within it."""
+#: The input parameter of a pod template that several tasks share: their first attempt.
+ATTEMPT_PARAM = "attempt"
+#: And, where one template serves every rung of an OOM ladder, the rung and its memory.
+RUNG_PARAMS = ("rung", "memory", "memory-bytes")
+#: And, where it serves several GPU types, the type, its node label value (and its count).
+GPU_PARAMS = ("gpu-type", "gpu-product")
+
+
+@dataclass(frozen=True)
+class Varying:
+    """What differs between a stage's variants, so a shared pod takes it from the task."""
+
+    rung: bool
+    gpu: bool
+    gpu_count: bool
+
+    @classmethod
+    def of(cls, plan: StagePlan, shared: bool) -> Varying:
+        types = {v.type_index for v in plan.variants}
+        counts = {v.gpu_count for v in plan.variants}
+        return cls(shared and plan.has_ladder, shared and len(types) > 1,
+                   shared and len(types) > 1 and len(counts) > 1)
+
+    def params(self) -> list[str]:
+        return [*(RUNG_PARAMS if self.rung else ()), *(GPU_PARAMS if self.gpu else ()),
+                *(("gpu-count",) if self.gpu_count else ())]
+
+
+def variant_arguments(ctx: Context, plan: StagePlan, variant: Variant,
+                      varying: Varying) -> list[Json]:
+    values: dict[str, str] = {}
+    if varying.rung:
+        memory = variant.memory
+        values.update({"rung": str(variant.rung), "memory": units.format_bytes(memory or 0),
+                       "memory-bytes": str(memory or "")})
+    if varying.gpu:
+        product = gpu_product(ctx, variant.gpu_type, ("stages", plan.index, "resources", "gpu"))
+        values.update({"gpu-type": variant.gpu_type, "gpu-product": product or ""})
+    if varying.gpu_count:
+        values["gpu-count"] = str(variant.gpu_count)
+    return [{"name": name, "value": values[name]} for name in varying.params()]
+
+
+def attempt_text(task: TaskPlan, retried: bool, *, shared: bool = False) -> str:
+    """``DURAPIPE_ATTEMPT``: the task's first attempt plus Argo's ``retries`` within it; in
+    a pod template several tasks share, the first attempt comes from the calling task."""
+    if shared:
+        first = f"inputs.parameters.{ATTEMPT_PARAM}"
+        if not retried:
+            return "{{" + first + "}}"
+        return "{{=asInt(" + first + ") + asInt(retries)}}"
     if not retried:
         return str(task.first_attempt)
     if task.first_attempt:
@@ -170,29 +222,49 @@ def on_demand_outright(ctx: Context, selector: dict[str, str]) -> dict[str, str]
 
 
 def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json | None,
-                   t: Json) -> None:
-    """The leaf's main container (or script) and its upload sidecar, into ``t``."""
+                   t: Json, *, shared: bool = False, varying: Varying | None = None) -> None:
+    """The leaf's main container (or script) and its upload sidecar, into ``t``.  What
+    ``varying`` names comes from the task's inputs."""
     stage = plan.stage
     command, args = wrapped_command(ctx, plan)
-    env = pod_env(ctx, plan, task.variant, attempt_text(task, strategy is not None))
+    varying = varying or Varying(False, False, False)
+    variant = task.variant
+    if varying.rung:
+        variant = replace(variant, memory=None)  # podSpecPatch sets it
+    if varying.gpu_count:
+        variant = replace(variant, gpu_count=None)
+    env = pod_env(ctx, plan, variant, attempt_text(task, strategy is not None, shared=shared))
+    from_task: dict[str, str] = {}
+    if varying.rung:
+        from_task[contract.ENV_RUNG] = "{{inputs.parameters.rung}}"
+        from_task[contract.ENV_MEMORY_LIMIT] = "{{inputs.parameters.memory-bytes}}"
+    if varying.gpu:
+        from_task[contract.ENV_GPU_TYPE] = "{{inputs.parameters.gpu-type}}"
+    env = [{**e, "value": from_task[e["name"]]} if e["name"] in from_task else e for e in env]
     main: Json = {"image": stage.image, "command": command}
     if stage.script is not None:
         main["source"] = stage.script
     elif args:
         main["args"] = args
-    sidecar = fill_main_container(ctx, plan, task.variant, main, env + user_env(ctx, plan))
+    sidecar = fill_main_container(ctx, plan, variant, main, env + user_env(ctx, plan))
     t["script" if stage.script is not None else "container"] = main
     if sidecar is not None:
         t["sidecars"] = [sidecar]
 
 
 def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
-         hash_inputs: dict[tuple[str, str], str]) -> Json:
-    """The template one task runs: a pod of one variant, with its preemption retries."""
+         hash_inputs: dict[tuple[str, str], str], *, shared: bool = False) -> Json:
+    """The template one task runs: a pod of one variant, with its preemption retries.  A
+    ``shared`` one takes the task's first attempt as an input parameter, and on a ladder its
+    rung and memory too."""
     stage, single = plan.stage, plan.kind == "pod"
+    varying = Varying.of(plan, shared)
     strategy = retry_strategy(plan, task.limit)
     t: Json = {"name": task.name}
     inputs = template_inputs(plan, hash_inputs if single else {}, leaf=True)
+    if shared:
+        names = [ATTEMPT_PARAM, *varying.params()]
+        inputs = {"parameters": [{"name": n} for n in names], **inputs}
     if inputs:
         t["inputs"] = inputs
     outputs = leaf_outputs(plan)
@@ -200,6 +272,9 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
         t["outputs"] = outputs
     t["metadata"] = stage_metadata(ctx, stage)
     t.update(scheduling(ctx, plan, task.variant))
+    if varying.gpu:
+        t["nodeSelector"] = {**t.get("nodeSelector", {}),
+                             gpu_label(ctx): "{{inputs.parameters.gpu-product}}"}
     if task.last and strategy is None and stage.interruptible and stage.last_attempt_on_demand:
         t["nodeSelector"] = on_demand_outright(ctx, t.get("nodeSelector", {}))
     if stage.timeout is not None:
@@ -212,13 +287,74 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
         m = memoize(ctx, plan, hash_inputs)
         if m is not None:
             t["memoize"] = m
-    patch = pod_spec_patch(ctx, plan, task.limit if (strategy is not None and task.last) else 0)
+    patch = pod_spec_patch(ctx, plan, task.limit if (strategy is not None and task.last) else 0,
+                           memory_param=varying.rung, gpu_count_param=varying.gpu_count)
     if patch is not None:
         t["podSpecPatch"] = patch
     t["volumes"] = volumes(plan)
     t["initContainers"] = [init_container(ctx)]
-    main_container(ctx, plan, task, strategy, t)
+    main_container(ctx, plan, task, strategy, t, shared=shared, varying=varying)
     return t
+
+
+def shared_name(plan: StagePlan, tasks: list[TaskPlan]) -> str:
+    """``<variant>-pod``, without the memory and GPU type that the tasks pass."""
+    variants = {t.variant for t in tasks}
+    first = tasks[0].variant
+    if len(variants) == 1:
+        return f"{first.name}-pod"
+    parts = [plan.task]
+    if len({v.type_index for v in variants}) == 1 and first.gpu is not None and \
+            len({v.type_index for v in plan.variants}) > 1:
+        parts.append(naming.slug(first.gpu.type))
+    if len({v.rung for v in variants}) == 1 and plan.has_ladder:
+        parts.append("mem-" + naming.memory_slug(units.format_bytes(first.memory or 0)))
+    if any(t.probe for t in tasks):
+        parts.append("probe")
+    return "-".join(parts) + "-pod"
+
+
+@dataclass(frozen=True)
+class PodTemplates:
+    """Which template each task of a grid runs: tasks whose pods differ only in their
+    attempt numbers share one template (``<variant>-pod``), so each pod appears once."""
+
+    #: Task name -> template name.
+    template_of: dict[str, str]
+    #: Task names whose template takes ``ATTEMPT_PARAM``.
+    parameterised: frozenset[str]
+    templates: list[Json]
+
+
+def pod_templates(ctx: Context, plan: StagePlan,
+                  hash_inputs: dict[tuple[str, str], str]) -> PodTemplates:
+    groups: dict[str, list[TaskPlan]] = {}
+    shared_leaf: dict[str, Json] = {}
+    for task in plan.tasks:
+        candidate = leaf(ctx, plan, task, hash_inputs, shared=True)
+        candidate["name"] = ""
+        key = json.dumps(candidate, sort_keys=True)
+        groups.setdefault(key, []).append(task)
+        shared_leaf[key] = candidate
+    template_of: dict[str, str] = {}
+    parameterised: set[str] = set()
+    templates: list[Json] = []
+    names: set[str] = set()
+    for key, tasks in groups.items():
+        if len(tasks) == 1:
+            (task,) = tasks
+            template_of[task.name] = task.name
+            templates.append(leaf(ctx, plan, task, hash_inputs))
+            continue
+        name = shared_name(plan, tasks)
+        while name in names:
+            name += "-2"
+        names.add(name)
+        templates.append({**shared_leaf[key], "name": name})
+        for task in tasks:
+            template_of[task.name] = name
+            parameterised.add(task.name)
+    return PodTemplates(template_of, frozenset(parameterised), templates)
 
 
 # -- the stage DAG of a grid ------------------------------------------------------------------
@@ -268,20 +404,28 @@ def condition(plan: StagePlan, pred: Pred) -> str:
                                             has_ladder=plan.has_ladder)
 
 
-def grid_task(plan: StagePlan, task: TaskPlan, arts: list[Json]) -> Json:
-    out: Json = {"name": task.name, "template": task.name}
+def grid_task(ctx: Context, plan: StagePlan, task: TaskPlan, arts: list[Json],
+              pods: PodTemplates) -> Json:
+    out: Json = {"name": task.name, "template": pods.template_of[task.name]}
     preds = task.preds
     if preds:
         out["depends"] = " || ".join(
             f"({p.task}.Failed || {p.task}.Errored)" if len(preds) > 1 else
             f"{p.task}.Failed || {p.task}.Errored" for p in preds)
         out["when"] = "{{=" + " || ".join(f"({condition(plan, p)})" for p in preds) + "}}"
+    args: Json = {}
+    if task.name in pods.parameterised:
+        args["parameters"] = [{"name": ATTEMPT_PARAM, "value": str(task.first_attempt)}]
+        args["parameters"] += variant_arguments(ctx, plan, task.variant,
+                                                Varying.of(plan, True))
     if arts:
-        out["arguments"] = {"artifacts": arts}
+        args["artifacts"] = arts
+    if args:
+        out["arguments"] = args
     return out
 
 
-def grid_tasks(plan: StagePlan) -> list[Json]:
+def grid_tasks(ctx: Context, plan: StagePlan, pods: PodTemplates) -> list[Json]:
     """The stage DAG's tasks: application attempts chain, OOM rungs climb, GPU types fall
     back; a join makes the stage succeed when any task did."""
     arts = [
@@ -289,7 +433,7 @@ def grid_tasks(plan: StagePlan) -> list[Json]:
          "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
         for s, o in sorted(plan.upstream)
     ]
-    tasks = [grid_task(plan, task, arts) for task in plan.tasks]
+    tasks = [grid_task(ctx, plan, task, arts, pods) for task in plan.tasks]
     names = [task.name for task in plan.tasks]
     exhausted = oom_exhausted_name(plan.task)
     if plan.has_ladder:
@@ -346,7 +490,8 @@ def grid_outputs(plan: StagePlan) -> Json:
     }
 
 
-def grid_template(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str]) -> Json:
+def grid_template(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str],
+                  pods: PodTemplates) -> Json:
     t: Json = {"name": plan.task}
     inputs = template_inputs(plan, hash_inputs, leaf=False)
     if inputs:
@@ -356,7 +501,7 @@ def grid_template(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, st
     m = memoize(ctx, plan, hash_inputs)
     if m is not None:
         t["memoize"] = m
-    t["dag"] = {"tasks": grid_tasks(plan)}
+    t["dag"] = {"tasks": grid_tasks(ctx, plan, pods)}
     return t
 
 
@@ -387,11 +532,11 @@ def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
                   "(memory rungs x GPU types x application attempts), over Argo's 200 per DAG",
                   loc, help="lower `retry.attempts` or the ladder")
     hash_inputs = hash_inputs_of(plan)
-    leaves = [leaf(ctx, plan, task, hash_inputs) for task in plan.tasks]
+    pods = pod_templates(ctx, plan, hash_inputs)
     extra = [oom_exhausted_template(ctx, plan)] if plan.has_ladder else []
     extra.append(join_template(plan.task))
-    return LoweredStage(plan, [grid_template(ctx, plan, hash_inputs), *leaves, *extra],
-                        hash_inputs)
+    return LoweredStage(plan, [grid_template(ctx, plan, hash_inputs, pods), *pods.templates,
+                               *extra], hash_inputs)
 
 
 def lower_distributed(ctx: Context, plan: StagePlan) -> LoweredStage:

@@ -1,8 +1,10 @@
 """Deterministic YAML for compiled documents.
 
 The compiler builds plain dicts whose insertion order *is* the output order, so this emitter
-never sorts keys; it only decides how to write each scalar.  Output is block style, with no
-anchors, no tags and no flow collections except ``[]``/``{}`` for empty ones.  Strings are
+never sorts keys; it only decides how to write each scalar and each small collection.  Output
+is block style, with no anchors and no tags; a list or mapping that holds only scalars
+(``command: [python3, -m, x]``, ``- {name: LOG_LEVEL, value: info}``) is written in flow style
+when it fits on one line of ``WIDTH`` characters, as a person writes a manifest.  Strings are
 written plain only when YAML 1.1 and 1.2 parsers both read them back as the same string;
 otherwise they are double-quoted (JSON escapes are a subset of YAML's) or, for multi-line text,
 written as a literal block.  Integers and booleans are emitted as such; the compiler turns every
@@ -23,6 +25,8 @@ _RESERVED = frozenset(
     {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"}
 )
 _INDENT = "  "
+#: The longest line a flow collection may make.
+WIDTH = 100
 
 
 def _plain_ok(text: str) -> bool:
@@ -85,17 +89,50 @@ def _key(key: str) -> str:
     return key if _plain_ok(key) else _quote(key)
 
 
+def _flow_scalar(value: object) -> str | None:
+    """A scalar as it may stand inside ``[...]`` or ``{...}``; ``None`` if it may not (a
+    multi-line block, a collection).  Plain text never holds ``,[]{}``, so it needs no quotes
+    there either."""
+    if isinstance(value, (Mapping, list, tuple)):
+        return None
+    if isinstance(value, str) and _literal_ok(value):
+        return None
+    return scalar(value)
+
+
+def _flow(value: Mapping[str, Any] | Sequence[Any]) -> str | None:
+    """The flow form of a collection of scalars, or ``None``."""
+    if isinstance(value, Mapping):
+        items = [(_key(k) if isinstance(k, str) else None, _flow_scalar(v))
+                 for k, v in value.items()]
+        if any(k is None or v is None for k, v in items):
+            return None
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    scalars = [_flow_scalar(v) for v in value]
+    if any(v is None for v in scalars):
+        return None
+    return "[" + ", ".join(str(v) for v in scalars) + "]"
+
+
 def _emit_value(value: Any, indent: str, out: list[str], prefix: str) -> None:
     """Write ``prefix`` (``key:`` or ``-``) followed by value, at ``indent``."""
     if isinstance(value, Mapping):
         if not value:
             out.append(f"{indent}{prefix} {{}}")
             return
+        flow = _flow(value)
+        if flow is not None and len(indent) + len(prefix) + 1 + len(flow) <= WIDTH:
+            out.append(f"{indent}{prefix} {flow}")
+            return
         out.append(f"{indent}{prefix}")
         _emit_mapping(value, indent + _INDENT, out)
     elif isinstance(value, (list, tuple)):
         if not value:
             out.append(f"{indent}{prefix} []")
+            return
+        flow = _flow(value)
+        if flow is not None and len(indent) + len(prefix) + 1 + len(flow) <= WIDTH:
+            out.append(f"{indent}{prefix} {flow}")
             return
         out.append(f"{indent}{prefix}")
         _emit_sequence(value, indent + _INDENT, out)
@@ -114,7 +151,10 @@ def _emit_mapping(mapping: Mapping[str, Any], indent: str, out: list[str]) -> No
 
 def _emit_sequence(items: Sequence[Any], indent: str, out: list[str]) -> None:
     for item in items:
-        if isinstance(item, Mapping) and item:
+        flow = _flow(item) if isinstance(item, Mapping) and item else None
+        if flow is not None and len(indent) + 2 + len(flow) <= WIDTH:
+            out.append(f"{indent}- {flow}")
+        elif isinstance(item, Mapping) and item:
             # "- first: x" then the rest of the mapping aligned under "first".
             sub: list[str] = []
             _emit_mapping(item, indent + _INDENT, sub)

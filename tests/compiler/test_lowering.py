@@ -55,6 +55,34 @@ def templates(result: CompileResult) -> dict[str, Json]:
     return out
 
 
+def dag_tasks(ts: dict[str, Json], stage_task: str = "train") -> dict[str, Json]:
+    return {t["name"]: t for t in ts[stage_task]["dag"]["tasks"]}
+
+
+def pod(ts: dict[str, Json], task: str, stage_task: str = "train") -> Json:
+    """The template a task of a stage DAG runs (tasks that differ only in their attempt
+    numbers share one)."""
+    return ts[dag_tasks(ts, stage_task)[task]["template"]]
+
+
+def resolved(ts: dict[str, Json], task: str, stage_task: str = "train") -> Json:
+    """The pod template a task runs, with the ``{{inputs.parameters.X}}`` tags it fills in
+    replaced by what it passes (as Argo substitutes them)."""
+    call = dag_tasks(ts, stage_task)[task]
+    text = json.dumps(ts[call["template"]])
+    for param in call.get("arguments", {}).get("parameters", []):
+        text = text.replace("{{inputs.parameters." + param["name"] + "}}", param["value"])
+    out: Json = json.loads(text)
+    return out
+
+
+def first_attempt(ts: dict[str, Json], task: str, stage_task: str = "train") -> str:
+    """The first attempt a task passes to its shared pod template."""
+    params = dag_tasks(ts, stage_task)[task]["arguments"]["parameters"]
+    assert params[0]["name"] == "attempt"
+    return str(params[0]["value"])
+
+
 def env_of(template: Json) -> dict[str, str]:
     main = template.get("container") or template.get("script")
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in main["env"]}
@@ -94,11 +122,15 @@ def test_application_attempts_are_separate_tasks_chained_on_application_failure(
         "{{=(tasks['train-app-0'].status in ['Failed', 'Error'] && "
         "!((get(tasks['train-app-0'], 'exitCode') ?? '') in ['', '-1', '143', '86']))}}"
     )
-    for k in range(3):
-        assert ts[f"train-app-{k}"]["retryStrategy"]["limit"] == "3"
-        assert ts[f"train-app-{k}"]["retryStrategy"]["expression"] == PREEMPTED
-    assert env_of(ts["train-app-0"])[contract.ENV_ATTEMPT] == "{{retries}}"
-    assert env_of(ts["train-app-2"])[contract.ENV_ATTEMPT] == "{{=asInt(retries) + 8}}"
+    # The three attempts run the same pod, written once; each task passes its first attempt.
+    assert {grid[f"train-app-{k}"]["template"] for k in range(3)} == {"train-pod"}
+    assert "train-app-0" not in ts
+    assert ts["train-pod"]["inputs"] == {"parameters": [{"name": "attempt"}]}
+    assert ts["train-pod"]["retryStrategy"]["limit"] == "3"
+    assert ts["train-pod"]["retryStrategy"]["expression"] == PREEMPTED
+    assert env_of(ts["train-pod"])[contract.ENV_ATTEMPT] == (
+        "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}")
+    assert [first_attempt(ts, f"train-app-{k}") for k in range(3)] == ["0", "4", "8"]
 
 
 def test_without_an_application_budget_only_preemptions_retry() -> None:
@@ -109,11 +141,12 @@ def test_without_an_application_budget_only_preemptions_retry() -> None:
 def test_gpu_oom_retry_policy_makes_cuda_oom_an_application_failure() -> None:
     s = stage(retry=Retry(attempts=1, preemptions=0, gpu_oom="retry"))
     ts = templates(compiled(pipeline(s)))
-    assert "retryStrategy" not in ts["train-app-0"]
-    when = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}["train-app-1"]["when"]
+    assert "retryStrategy" not in pod(ts, "train-app-0")
+    when = dag_tasks(ts)["train-app-1"]["when"]
     assert "['', '-1', '143']" in when
-    assert env_of(ts["train-app-1"])[contract.ENV_ATTEMPT] == "1"
-    assert env_of(ts["train-app-0"])[contract.ENV_GPU_OOM_POLICY] == "retry"
+    assert env_of(pod(ts, "train-app-1"))[contract.ENV_ATTEMPT] == "{{inputs.parameters.attempt}}"
+    assert first_attempt(ts, "train-app-1") == "1"
+    assert env_of(pod(ts, "train-app-0"))[contract.ENV_GPU_OOM_POLICY] == "retry"
 
 
 def test_no_budgets_means_no_retry_strategy_and_attempt_zero() -> None:
@@ -154,20 +187,30 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
         "train-mem-256gi.Succeeded || train-mem-512gi.Succeeded || train-mem-1ti.Succeeded"
         " || train-oom-exhausted.Succeeded"
     )
+    # One pod for every rung: each rung's task passes its rung and memory, and the template's
+    # podSpecPatch sets the main container's memory from them.
+    assert {t["template"] for t in grid[:3]} == {"train-pod"}
+    leaf = ts["train-pod"]
+    assert [p["name"] for p in leaf["inputs"]["parameters"]] == [
+        "attempt", "rung", "memory", "memory-bytes"]
+    assert "memory" not in leaf["container"].get("resources", {}).get("limits", {})
+    patch = json.loads(leaf["podSpecPatch"])
+    assert patch["containers"] == [{"name": "main", "resources": {
+        "limits": {"memory": "{{inputs.parameters.memory}}"},
+        "requests": {"memory": "{{inputs.parameters.memory}}"}}}]
+    env = env_of(leaf)
+    assert env[contract.ENV_RUNG] == "{{inputs.parameters.rung}}"
+    assert env[contract.ENV_MEMORY_LIMIT] == "{{inputs.parameters.memory-bytes}}"
     for rung, size in enumerate(("256Gi", "512Gi", "1Ti")):
-        leaf = ts[grid[rung]["name"]]
-        assert leaf["container"]["resources"]["limits"]["memory"] == size
-        assert leaf["container"]["resources"]["requests"]["memory"] == size
-        env = env_of(leaf)
-        assert env[contract.ENV_RUNG] == str(rung)
-        assert env[contract.ENV_MEMORY_LIMIT] == str({0: 256, 1: 512, 2: 1024}[rung] * GI)
-        # An OOM kill is never retried on the same rung; the next rung's task runs instead.
-        assert leaf["retryStrategy"]["expression"] == PREEMPTED
-        assert leaf["retryStrategy"]["limit"] == "2"
-        # Every rung resumes from the same checkpoint line: keyed by run and stage only.
-        assert env[contract.ENV_CHECKPOINT_URI] == ts[grid[0]["name"]]["container"]["env"][
-            [e["name"] for e in ts[grid[0]["name"]]["container"]["env"]].index(
-                contract.ENV_CHECKPOINT_URI)]["value"]
+        args = {p["name"]: p["value"] for p in grid[rung]["arguments"]["parameters"]}
+        assert args == {"attempt": str(3 * rung), "rung": str(rung), "memory": size,
+                        "memory-bytes": str({0: 256, 1: 512, 2: 1024}[rung] * GI)}
+    # An OOM kill is never retried on the same rung; the next rung's task runs instead.
+    assert leaf["retryStrategy"]["expression"] == PREEMPTED
+    assert leaf["retryStrategy"]["limit"] == "2"
+    # Every rung resumes from the same checkpoint line (keyed by run and stage only): the
+    # one template holds it.
+    assert env[contract.ENV_CHECKPOINT_URI].endswith("/runs/{{workflow.name}}/train/checkpoints")
     exhausted = ts["train-oom-exhausted"]["container"]
     assert "ran out of memory at every size" in exhausted["command"][2]
     assert "256Gi, 512Gi, 1Ti" in exhausted["command"][2]
@@ -176,7 +219,8 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
 
 
 def test_checkpoint_uri_is_keyed_by_run_or_pipeline_and_stage_never_attempt() -> None:
-    run = env_of(templates(compiled(pipeline(ladder_stage(), storage="s3://b/p")))["train-mem-1ti"])
+    run = env_of(pod(templates(compiled(pipeline(ladder_stage(), storage="s3://b/p"))),
+                     "train-mem-1ti"))
     assert run[contract.ENV_CHECKPOINT_URI] == "s3://b/p/demo/runs/{{workflow.name}}/train/checkpoints"
     s = stage(checkpoint=Checkpoint(scope="pipeline", path="/ckpt", keep=5))
     env = env_of(templates(compiled(pipeline(s, storage="s3://b/p")))["train"])
@@ -293,17 +337,24 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
     )
     # The probe (first attempt on a waiting type) has pendingTimeout and no retryStrategy,
     # because Argo never times out a Pending attempt of a template that has one.
-    assert ts["train-h100"]["pendingTimeout"] == "30m"
-    assert "retryStrategy" not in ts["train-h100"]
-    assert env_of(ts["train-h100"])[contract.ENV_ATTEMPT] == "0"
-    assert ts["train-a100-80gb"]["pendingTimeout"] == "30m"
-    assert "pendingTimeout" not in ts["train-a100"]
-    assert ts["train-a100"]["retryStrategy"]["limit"] == "3"
+    h100, a100_80, a100 = (resolved(ts, t) for t in ("train-h100", "train-a100-80gb", "train-a100"))
+    assert h100["pendingTimeout"] == "30m"
+    assert "retryStrategy" not in h100
+    assert env_of(h100)[contract.ENV_ATTEMPT] == "0"
+    assert a100_80["pendingTimeout"] == "30m"
+    assert "pendingTimeout" not in a100
+    assert a100["retryStrategy"]["limit"] == "3"
+    # The two probes run one pod template, and so do the two -retry tasks: each task passes
+    # its GPU type, the type's node label value and its count.
+    assert pod(ts, "train-h100") is pod(ts, "train-a100-80gb")
+    assert pod(ts, "train-h100-retry") is pod(ts, "train-a100-80gb-retry")
     # The rest of the type's attempts: a -retry task after a probe that ran and was preempted.
-    retry_leaf = ts["train-h100-retry"]
+    retry_leaf = resolved(ts, "train-h100-retry")
     assert "pendingTimeout" not in retry_leaf
     assert retry_leaf["retryStrategy"]["limit"] == "2"
-    assert env_of(retry_leaf)[contract.ENV_ATTEMPT] == "{{=asInt(retries) + 1}}"
+    assert env_of(retry_leaf)[contract.ENV_ATTEMPT] == (
+        "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}")
+    assert first_attempt(ts, "train-h100-retry") == "1"
     assert grid["train-h100-retry"]["depends"] == "train-h100.Failed || train-h100.Errored"
     assert grid["train-h100-retry"]["when"] == (
         "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
@@ -311,9 +362,13 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
     )
     assert grid["train-done"]["depends"] == " || ".join(
         f"{n}.Succeeded" for n in list(grid)[:-1])
-    assert ts["train-h100"]["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
-    assert ts["train-a100"]["container"]["resources"]["limits"]["nvidia.com/gpu"] == "16"
-    assert env_of(ts["train-a100"])[contract.ENV_GPU_TYPE] == "A100"
+    assert h100["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert a100["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    assert a100["container"]["resources"]["limits"]["nvidia.com/gpu"] == "16"
+    assert env_of(a100)[contract.ENV_GPU_TYPE] == "A100"
+    assert env_of(a100_80)[contract.ENV_GPU_TYPE] == "A100-80GB"
+    (patched,) = json.loads(a100_80["podSpecPatch"])["containers"]
+    assert patched["resources"]["limits"]["nvidia.com/gpu"] == "8"
 
 
 def test_app_failure_condition_with_a_ladder() -> None:
