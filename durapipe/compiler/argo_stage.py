@@ -11,7 +11,6 @@ expression text of those conditions comes from ``argo_retry``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -328,19 +327,22 @@ class PodTemplates:
 
 def pod_templates(ctx: Context, plan: StagePlan,
                   hash_inputs: dict[tuple[str, str], str]) -> PodTemplates:
-    groups: dict[str, list[TaskPlan]] = {}
-    shared_leaf: dict[str, Json] = {}
+    # (the shared pod, the tasks that run it); a stage has a few, so equality beats hashing
+    groups: list[tuple[Json, list[TaskPlan]]] = []
     for task in plan.tasks:
         candidate = leaf(ctx, plan, task, hash_inputs, shared=True)
         candidate["name"] = ""
-        key = json.dumps(candidate, sort_keys=True)
-        groups.setdefault(key, []).append(task)
-        shared_leaf[key] = candidate
+        for pod, members in groups:
+            if pod == candidate:
+                members.append(task)
+                break
+        else:
+            groups.append((candidate, [task]))
     template_of: dict[str, str] = {}
     parameterised: set[str] = set()
     templates: list[Json] = []
     names: set[str] = set()
-    for key, tasks in groups.items():
+    for pod, tasks in groups:
         if len(tasks) == 1:
             (task,) = tasks
             template_of[task.name] = task.name
@@ -350,7 +352,7 @@ def pod_templates(ctx: Context, plan: StagePlan,
         while name in names:
             name += "-2"
         names.add(name)
-        templates.append({**shared_leaf[key], "name": name})
+        templates.append({**pod, "name": name})
         for task in tasks:
             template_of[task.name] = name
             parameterised.add(task.name)
