@@ -125,13 +125,15 @@ class FaultyStore:
         self._maybe_fail("put_bytes")
         self.inner.put_bytes(key, data, create_only=create_only)
 
-    def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+    def put_file(
+        self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+    ) -> str:
         def tear() -> None:
             data = path.read_bytes()
             self.inner.put_bytes(key, data[: len(data) // 2])
 
         self._maybe_fail("put_file", tear)
-        self.inner.put_file(key, path, consume=consume)
+        return self.inner.put_file(key, path, consume=consume, digest=digest)
 
     def get_bytes(self, key: str) -> bytes:
         self._maybe_fail("get_bytes")
@@ -142,6 +144,10 @@ class FaultyStore:
     ) -> str | None:
         self._maybe_fail("get_file")
         return self.inner.get_file(key, path, size, algorithm=algorithm)
+
+    def fingerprint(self, key: str, algorithm: str) -> str | None:
+        self._maybe_fail("fingerprint")
+        return self.inner.fingerprint(key, algorithm)
 
     def size(self, key: str) -> int | None:
         self._maybe_fail("size")
