@@ -665,6 +665,8 @@ class Backoff:
 #: Seconds of the grace period kept back, so a bounded wait reports before the SIGKILL.
 GRACE_MARGIN = 2.0
 DEFAULT_GRACE_SECONDS = 30.0
+#: Before a stop request, a wait without a timeout is bounded by this many grace periods.
+RUNNING_BOUND_FACTOR = 60
 _stop_signalled_at: float | None = None
 
 
@@ -705,14 +707,15 @@ def stop_time() -> float | None:
 def default_bound(grace: float) -> float:
     """How long a wait without an explicit timeout may block, in seconds from now.
 
-    Never more than the grace period less a margin (a wait that outlives the pod's SIGKILL
-    reports nothing); after a stop request, only what is left of that grace period.
+    After a stop request: what is left of the grace period less a margin (a wait that
+    outlives the pod's SIGKILL reports nothing).  Before one, a periodic save may be large
+    and the store slow, so the bound is ``RUNNING_BOUND_FACTOR`` grace periods (30 minutes
+    for the default 30 s): long enough for a big upload, never forever.
     """
-    bound = max(0.5, grace - GRACE_MARGIN)
     stopped = stop_time()
-    if stopped is not None:
-        bound = min(bound, max(0.0, stopped + grace - GRACE_MARGIN - time.time()))
-    return bound
+    if stopped is None:
+        return max(1.0, grace * RUNNING_BOUND_FACTOR)
+    return max(0.0, stopped + grace - GRACE_MARGIN - time.time())
 
 
 # -- the user-facing object ---------------------------------------------------------------------

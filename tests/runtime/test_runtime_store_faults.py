@@ -7,6 +7,7 @@ and a real small tmpfs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from durapipe.runtime import agent as agent_module
+from durapipe.runtime import contract
 from durapipe.runtime import checkpoint as cp
 from durapipe.runtime.store import LocalStore, Store, StoreError, open_store
 from tests.runtime.faults import FaultProxy, OutageStore, is_blob_get, is_blob_put, small_tmpfs
@@ -220,19 +222,30 @@ def test_the_agent_reports_what_it_could_not_commit_by_its_deadline(tmp_path: Pa
     assert cp.pending_requests(spool)
 
 
+def stop_requested_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: float) -> None:
+    """As the wrapper does on SIGTERM: the stop file (its mtime is when), and the grace."""
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / contract.CONTROL_STOP_FILE).touch()
+    monkeypatch.setenv(contract.ENV_CONTROL_DIR, str(control))
+    monkeypatch.setenv(contract.ENV_GRACE_SECONDS, str(grace))
+
+
 def test_a_final_save_against_a_store_that_never_answers_reports_before_the_grace_period_ends(
     s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        monkeypatch.setenv("DURAPIPE_GRACE_SECONDS", "6")
+        stop_requested_now(tmp_path, monkeypatch, grace=6)
         checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w")
         proxy.inject("stall")
         checkpoint.save(make_state(tmp_path / "s", 1))
         started = time.monotonic()
         finished, outcome = in_thread(checkpoint.flush, 30)
         elapsed = time.monotonic() - started
+        with contextlib.suppress(cp.CheckpointError):
+            checkpoint.close()  # stops the upload thread's retries
     finally:
         proxy.close()
     assert finished, "flush() without a timeout waited on a silent store for 30 s"
@@ -244,7 +257,7 @@ def test_a_final_save_against_a_store_that_never_answers_reports_before_the_grac
 def test_waiting_on_a_sidecar_that_is_not_there_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DURAPIPE_GRACE_SECONDS", "4")
+    stop_requested_now(tmp_path, monkeypatch, grace=4)
     store = LocalStore(tmp_path / "store")
     sender = cp.Checkpoint(store.uri, path=tmp_path / "w", uploader="sidecar")
     handle = sender.save(b"state")
@@ -252,6 +265,18 @@ def test_waiting_on_a_sidecar_that_is_not_there_is_bounded(
     assert finished and isinstance(outcome, cp.CheckpointError)
     finished, outcome = in_thread(sender.flush, 30)
     assert finished and isinstance(outcome, TimeoutError)
+
+
+def test_before_a_stop_a_wait_is_bounded_by_many_grace_periods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(contract.ENV_GRACE_SECONDS, "0.05")  # 60 of them: 3 s
+    sender = cp.Checkpoint(LocalStore(tmp_path / "store").uri, path=tmp_path / "w",
+                           uploader="sidecar")
+    started = time.monotonic()
+    finished, outcome = in_thread(sender.save(b"state").wait, 30)
+    assert finished and isinstance(outcome, cp.CheckpointDeadlineExceeded)
+    assert 2.5 < time.monotonic() - started < 20
 
 
 def test_the_agent_stops_at_its_deadline_while_the_store_never_answers(
