@@ -62,6 +62,22 @@ def in_thread(action: Any, timeout: float) -> tuple[bool, Any]:
     return not thread.is_alive(), box.get("value")
 
 
+@pytest.fixture
+def proxy(s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """A fault proxy in front of moto; stores opened while it lives go through it."""
+    faults = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", faults.endpoint)
+    try:
+        yield faults
+    finally:
+        faults.close()
+
+
+def direct_store(uri: str, s3_env: dict[str, str]) -> Store:
+    """The bucket as it is, past the proxy."""
+    return open_store(uri, endpoint=s3_env["AWS_ENDPOINT_URL"])
+
+
 # -- a full disk --------------------------------------------------------------------------------
 
 
@@ -137,19 +153,14 @@ def test_a_corrupt_staged_file_is_never_committed(tmp_path: Path) -> None:
 
 
 def test_bits_flipped_on_the_way_down_are_downloaded_again_not_a_fallback(
-    s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_uri: str, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        store = open_store(s3_uri)
-        writer = cp.Checkpoint(s3_uri, path=tmp_path / "w", store=store)
-        for step in (1, 2):
-            writer.save_sync(make_state(tmp_path / "state", step), metadata={"step": step})
-        proxy.inject("flip_download", requests=1, match=is_blob_get)
-        restored = cp.restore_newest(store, tmp_path / "r")
-    finally:
-        proxy.close()
+    store = open_store(s3_uri)
+    writer = cp.Checkpoint(s3_uri, path=tmp_path / "w", store=store)
+    for step in (1, 2):
+        writer.save_sync(make_state(tmp_path / "state", step), metadata={"step": step})
+    proxy.inject("flip_download", requests=1, match=is_blob_get)
+    restored = cp.restore_newest(store, tmp_path / "r")
     assert proxy.injected == {"flip_download": 1}
     assert restored is not None and restored.commit.seq == 2
 
@@ -232,22 +243,17 @@ def stop_requested_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: f
 
 
 def test_a_final_save_against_a_store_that_never_answers_reports_before_the_grace_period_ends(
-    s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_uri: str, proxy: FaultProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        stop_requested_now(tmp_path, monkeypatch, grace=6)
-        checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w")
-        proxy.inject("stall")
-        checkpoint.save(make_state(tmp_path / "s", 1))
-        started = time.monotonic()
-        finished, outcome = in_thread(checkpoint.flush, 30)
-        elapsed = time.monotonic() - started
-        with contextlib.suppress(cp.CheckpointError):
-            checkpoint.close()  # stops the upload thread's retries
-    finally:
-        proxy.close()
+    stop_requested_now(tmp_path, monkeypatch, grace=6)
+    checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w")
+    proxy.inject("stall")
+    checkpoint.save(make_state(tmp_path / "s", 1))
+    started = time.monotonic()
+    finished, outcome = in_thread(checkpoint.flush, 30)
+    elapsed = time.monotonic() - started
+    with contextlib.suppress(cp.CheckpointError):
+        checkpoint.close()  # stops the upload thread's retries
     assert finished, "flush() without a timeout waited on a silent store for 30 s"
     assert elapsed < 6.0
     assert isinstance(outcome, TimeoutError) and isinstance(outcome, cp.CheckpointError)
@@ -280,22 +286,17 @@ def test_before_a_stop_a_wait_is_bounded_by_many_grace_periods(
 
 
 def test_the_agent_stops_at_its_deadline_while_the_store_never_answers(
-    s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_uri: str, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        spool = tmp_path / "spool"
-        uploader = agent_module.UploadAgent(spool, open_store(s3_uri), grace_seconds=5.0)
-        sender = cp.Checkpoint(s3_uri, path=tmp_path / "w", spool_dir=spool, uploader="sidecar")
-        proxy.inject("stall")
-        handle = sender.save(b"final state")
-        uploader.stopping.set()
-        started = time.monotonic()
-        finished, _ = in_thread(lambda: uploader.run(poll_seconds=0.05), 30)
-        elapsed = time.monotonic() - started
-    finally:
-        proxy.close()
+    spool = tmp_path / "spool"
+    uploader = agent_module.UploadAgent(spool, open_store(s3_uri), grace_seconds=5.0)
+    sender = cp.Checkpoint(s3_uri, path=tmp_path / "w", spool_dir=spool, uploader="sidecar")
+    proxy.inject("stall")
+    handle = sender.save(b"final state")
+    uploader.stopping.set()
+    started = time.monotonic()
+    finished, _ = in_thread(lambda: uploader.run(poll_seconds=0.05), 30)
+    elapsed = time.monotonic() - started
     assert finished and elapsed < 5.0
     with pytest.raises(cp.CheckpointError, match="deadline"):
         handle.wait(timeout=5)
@@ -338,76 +339,61 @@ def test_s3_faults_never_tear_or_lose_a_commit(
     fault: str,
     requests: int,
     s3_uri: str,
+    proxy: FaultProxy,
     s3_env: dict[str, str],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    clean = open_store(s3_uri)
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w", keep=2)
-        state = tmp_path / "state"
-        last = 0
-        for step in range(1, 5):
-            match = is_blob_put if fault.endswith("_upload") else None
-            proxy.inject(fault, requests=requests, match=match)
-            try:
-                checkpoint.save(make_state(state, step), {"step": step}).wait(timeout=60)
-                last = step
-            except cp.CheckpointError:
-                pass
-            proxy.heal()
-            assert restored_step(clean, tmp_path / "r") == last
-    finally:
-        proxy.close()
+    clean = direct_store(s3_uri, s3_env)
+    checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w", keep=2)
+    state = tmp_path / "state"
+    last = 0
+    for step in range(1, 5):
+        match = is_blob_put if fault.endswith("_upload") else None
+        proxy.inject(fault, requests=requests, match=match)
+        try:
+            checkpoint.save(make_state(state, step), {"step": step}).wait(timeout=60)
+            last = step
+        except cp.CheckpointError:
+            pass
+        proxy.heal()
+        assert restored_step(clean, tmp_path / "r") == last
     assert proxy.injected.get(fault, 0) > 0
     assert last == 4, f"{fault}: the commit protocol gave up on a fault that passes"
 
 
 def test_a_403_burst_is_retried_and_a_lasting_one_is_reported_at_the_deadline(
-    s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_uri: str, proxy: FaultProxy, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    clean = open_store(s3_uri)
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w")
-        checkpoint.save_sync(make_state(tmp_path / "s", 1))
-        proxy.inject("403", seconds=2.0)  # credentials being rotated
-        assert checkpoint.save(make_state(tmp_path / "s", 2)).wait(timeout=30).seq == 2
-        assert proxy.injected["403"] > 0
-        proxy.inject("403", seconds=600)  # a bucket policy that shuts us out
-        with pytest.raises(cp.CheckpointDeadlineExceeded, match="403 Forbidden|AccessDenied"):
-            checkpoint.save(make_state(tmp_path / "s", 3)).wait(timeout=3)
-        assert restored_step(clean, tmp_path / "r") == 2
-        proxy.heal()
-        assert checkpoint.save(make_state(tmp_path / "s", 4)).wait(timeout=30).seq == 3
-    finally:
-        proxy.close()
+    clean = direct_store(s3_uri, s3_env)
+    checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w")
+    checkpoint.save_sync(make_state(tmp_path / "s", 1))
+    proxy.inject("403", seconds=2.0)  # credentials being rotated
+    assert checkpoint.save(make_state(tmp_path / "s", 2)).wait(timeout=30).seq == 2
+    assert proxy.injected["403"] > 0
+    proxy.inject("403", seconds=600)  # a bucket policy that shuts us out
+    with pytest.raises(cp.CheckpointDeadlineExceeded, match="403 Forbidden|AccessDenied"):
+        checkpoint.save(make_state(tmp_path / "s", 3)).wait(timeout=3)
+    assert restored_step(clean, tmp_path / "r") == 2
+    proxy.heal()
+    assert checkpoint.save(make_state(tmp_path / "s", 4)).wait(timeout=30).seq == 3
     assert restored_step(clean, tmp_path / "r") == 4
 
 
 def test_random_store_faults_keep_the_newest_commit_restorable(
-    s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_uri: str, proxy: FaultProxy, s3_env: dict[str, str], tmp_path: Path
 ) -> None:
     rng = random.Random(20261201)
-    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"])
-    clean = open_store(s3_uri)
+    clean = direct_store(s3_uri, s3_env)
     faults = ["latency", "reset", "503", "500", "403", "truncate", "truncate_upload", "flip_upload"]
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w", keep=2)
-        committed = 0
-        for step in range(1, 13):
-            proxy.inject(rng.choice(faults), requests=rng.randint(1, 4))
-            try:
-                checkpoint.save(make_state(tmp_path / "s", step), {"step": step}).wait(timeout=60)
-                committed = step
-            except cp.CheckpointError:
-                pass
-            proxy.heal()
-            assert restored_step(clean, tmp_path / "r") == (committed or None)
-    finally:
-        proxy.close()
+    checkpoint = cp.Checkpoint(s3_uri, path=tmp_path / "w", keep=2)
+    committed = 0
+    for step in range(1, 13):
+        proxy.inject(rng.choice(faults), requests=rng.randint(1, 4))
+        try:
+            checkpoint.save(make_state(tmp_path / "s", step), {"step": step}).wait(timeout=60)
+            committed = step
+        except cp.CheckpointError:
+            pass
+        proxy.heal()
+        assert restored_step(clean, tmp_path / "r") == (committed or None)
     assert committed >= 8
