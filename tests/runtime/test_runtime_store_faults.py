@@ -115,6 +115,18 @@ def test_a_save_that_fills_the_disk_fails_and_leaves_the_store_as_it_was(
     assert restored is not None and restored.commit.seq == 2
 
 
+def test_temporaries_a_killed_writer_left_are_swept_by_the_next_commit(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    (store.root / cp.BLOB_DIR).mkdir(parents=True)
+    stale, live = store.root / cp.BLOB_DIR / ".tmp-dead", store.root / cp.BLOB_DIR / ".tmp-live"
+    stale.write_bytes(b"x" * 1000)
+    live.write_bytes(b"y")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    cp.Committer(store).commit(cp.stage(b"state", tmp_path / "spool"))
+    assert not stale.exists() and live.exists()
+
+
 # -- a corrupt blob -----------------------------------------------------------------------------
 
 
