@@ -15,6 +15,7 @@ import math
 import operator
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -847,7 +848,9 @@ class _TreeBuilder:
         if kind == "number":
             raw = str(first)
             number: int | float = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            if math.isinf(number):
+            # An int beyond a float's range (309+ digits) cannot reach math.isinf.
+            if (math.isinf(number) if isinstance(number, float)
+                    else abs(number) > sys.float_info.max):
                 self.state.diagnostics.append(error(
                     "P0111", f"the number `{raw}` is too large", span, "reads as infinity",
                     help="write the value you mean; sizes and durations take units (1Ti, 7d)"))
