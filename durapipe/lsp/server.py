@@ -96,6 +96,11 @@ class DurapipeServer(LanguageServer):
         self.jobs: dict[str, _Job] = {}
         self.debounces: dict[str, asyncio.Task[None]] = {}
         self._positions: dict[str, Positions] = {}
+        #: Documents the client has open; others (a builder `.py`, a file on disk) get nothing.
+        self.open: set[str] = set()
+
+    def handles(self, uri: str) -> bool:
+        return uri in self.open and is_pipe(uri)
 
     # -- texts and positions --------------------------------------------------------------
 
@@ -141,7 +146,7 @@ class DurapipeServer(LanguageServer):
                 return None  # closed meanwhile
 
     def schedule(self, uri: str, delay: float) -> None:
-        if not is_pipe(uri):
+        if not self.handles(uri):
             return
         self.latest[uri] = self.text(uri)
         old = self.debounces.pop(uri, None)
@@ -170,6 +175,7 @@ class DurapipeServer(LanguageServer):
             diagnostics=[to_lsp(d, uri, positions) for d in result.diagnostics]))
 
     def close(self, uri: str) -> None:
+        self.open.discard(uri)
         task = self.debounces.pop(uri, None)
         if task is not None:
             task.cancel()
@@ -207,6 +213,7 @@ server = DurapipeServer()
 
 @server.feature(t.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: DurapipeServer, params: t.DidOpenTextDocumentParams) -> None:
+    ls.open.add(params.text_document.uri)
     ls.schedule(params.text_document.uri, 0)
 
 
@@ -238,7 +245,7 @@ _ITEM_KINDS = {
                 t.CompletionOptions(trigger_characters=[".", '"', "[", " ", "{", "$"]))
 def completion(ls: DurapipeServer, params: t.CompletionParams) -> t.CompletionList | None:
     uri = params.text_document.uri
-    if not is_pipe(uri):
+    if not ls.handles(uri):
         return None
     # No waiting for the analysis: the context is read from the current text, names defined
     # elsewhere in the file from the latest finished analysis.
@@ -258,7 +265,7 @@ def completion(ls: DurapipeServer, params: t.CompletionParams) -> t.CompletionLi
 @server.feature(t.TEXT_DOCUMENT_HOVER)
 async def hover(ls: DurapipeServer, params: t.HoverParams) -> t.Hover | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if is_pipe(uri) else None
+    result = await ls.analysis(uri) if ls.handles(uri) else None
     if result is None:
         return None
     positions = ls.positions(uri, result.text)
@@ -272,7 +279,7 @@ async def hover(ls: DurapipeServer, params: t.HoverParams) -> t.Hover | None:
 
 async def _occurrence(ls: DurapipeServer, uri: str, position: t.Position,
                       ) -> tuple[an.Analysis, Positions, an.Occurrence] | None:
-    result = await ls.analysis(uri) if is_pipe(uri) else None
+    result = await ls.analysis(uri) if ls.handles(uri) else None
     if result is None:
         return None
     positions = ls.positions(uri, result.text)
@@ -315,7 +322,7 @@ _SYMBOL_KINDS = {
 async def document_symbol(ls: DurapipeServer, params: t.DocumentSymbolParams,
                           ) -> list[t.DocumentSymbol] | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if is_pipe(uri) else None
+    result = await ls.analysis(uri) if ls.handles(uri) else None
     if result is None:
         return None
     positions = ls.positions(uri, result.text)
@@ -344,7 +351,7 @@ def _contains(outer: t.Range, inner: t.Range) -> bool:
 async def formatting(ls: DurapipeServer, params: t.DocumentFormattingParams,
                      ) -> list[t.TextEdit] | None:
     uri = params.text_document.uri
-    if not is_pipe(uri):
+    if not ls.handles(uri):
         return None
     text = ls.text(uri)
     formatted = await asyncio.get_running_loop().run_in_executor(ls.worker, _format, text,
@@ -371,7 +378,7 @@ def _format(text: str, path: str) -> str | None:
 async def code_action(ls: DurapipeServer, params: t.CodeActionParams,
                       ) -> list[t.CodeAction] | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if is_pipe(uri) else None
+    result = await ls.analysis(uri) if ls.handles(uri) else None
     if result is None:
         return None
     positions = ls.positions(uri, result.text)
