@@ -64,10 +64,10 @@ def budget_lines(stage: Stage) -> list[str]:
     """The budgets in words, one line each (the hover of a ``retry`` block)."""
     b = budgets(stage)
     retries = b.tries - 1
-    lines = [f"application failures: {b.tries} tr{'ies' if b.tries != 1 else 'y'} "
-             f"({retries} retr{'ies' if retries != 1 else 'y'}), one DAG task each",
-             f"preemptions: up to {b.preemptions} per task (retryStrategy.limit), "
-             "not spent from the application budget"]
+    lines = [(f"application failures: {b.tries} tr{'ies' if b.tries != 1 else 'y'} "
+             f"({retries} retr{'ies' if retries != 1 else 'y'}), one DAG task each"),
+             (f"preemptions: up to {b.preemptions} per task (retryStrategy.limit), "
+             "not spent from the application budget")]
     if b.rungs:
         ladder = " -> ".join(units.format_bytes(r) for r in b.rungs)
         lines.append(f"OOM kills: climb the memory ladder {ladder} ({len(b.rungs)} rungs)")

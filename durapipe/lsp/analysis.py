@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from durapipe.dsl import codes
+from durapipe.dsl import codes, units
 from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import syntax as st
-from durapipe.dsl import units
 from durapipe.dsl.load import LoadResult, loads
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import Source, Span

@@ -28,7 +28,7 @@ from durapipe.lsp import fixes as fx
 #: Quiet time after a keystroke before the file is analysed (typing bursts cost one analysis).
 DEBOUNCE_S = 0.04
 #: ... and for a large file, whose analysis takes longer than a keystroke's interval.
-DEBOUNCE_LARGE_S = 0.15
+DEBOUNCE_LARGE_S = 0.08
 LARGE_FILE_CHARS = 200_000
 
 log = logging.getLogger("durapipe.lsp")
@@ -180,7 +180,7 @@ class DurapipeServer(LanguageServer):
         if task is not None:
             task.cancel()
         for store in (self.analyses, self.latest, self.jobs, self._positions):
-            store.pop(uri, None)  # type: ignore[attr-defined]
+            store.pop(uri, None)
 
 
 def is_pipe(uri: str) -> bool:

@@ -48,7 +48,7 @@ def _readable(path: Path) -> bool:
 def lark_classes(text: str) -> list[str | None]:
     """The class of every character by lark's terminals (longest match, then priority)."""
     terminals = lark.Lark(grammars.read(), parser="lalr").terminals
-    compiled = [(re.compile(term.pattern.to_regexp(), re.M), term.priority, term.name)
+    compiled = [(re.compile(term.pattern.to_regexp(), re.MULTILINE), term.priority, term.name)
                 for term in terminals]
     classes: list[str | None] = [None] * len(text)
     pos = 0

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 pytest_lsp = pytest.importorskip("pytest_lsp", reason="the `test` extra installs pytest-lsp")
-from lsprotocol import types as t  # noqa: E402
-from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities  # noqa: E402
+from lsprotocol import types as t
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.conftest import REPO_ROOT
 
 PREP = REPO_ROOT / "examples" / "prep_train_eval.pipe"
 
