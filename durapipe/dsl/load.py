@@ -68,10 +68,20 @@ def loads(text: str, path: str = "<input>") -> LoadResult:
 
 
 def _loads(text: str, path: str) -> LoadResult:
-    source = Source(path, text)
-    syntax, diagnostics = parser.parse(source)
+    syntax, diagnostics = parser.parse(Source(path, text))
+    return from_syntax(syntax, diagnostics)
+
+
+def from_syntax(syntax: File | None, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    """The phases after parsing, on a parsed file and the parser's diagnostics."""
     if syntax is None:
         return LoadResult(None, dg.sort_unique(diagnostics))
+    with _gc_paused():
+        return _from_syntax(syntax, diagnostics)
+
+
+def _from_syntax(syntax: File, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    source = syntax.source
     lowered = lw.lower(syntax)
     result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
                     diagnostics + lowered.diagnostics)

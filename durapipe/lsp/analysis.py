@@ -17,10 +17,11 @@ from typing import Literal
 from durapipe.dsl import codes, units
 from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import syntax as st
-from durapipe.dsl.load import LoadResult, loads
+from durapipe.dsl.load import LoadResult, from_syntax, loads
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import Source, Span
 from durapipe.lsp import vocabulary as vocab
+from durapipe.lsp.incremental import PieceParser
 
 SymbolKind = Literal["stage", "param", "output"]
 #: ``("stage", "prep")``, ``("param", "lr")``, ``("output", "prep", "data")``.
@@ -85,9 +86,18 @@ class Analysis:
                 if o.symbol == symbol and (include_definition or not o.definition)]
 
 
-def analyse(text: str, path: str, previous: Analysis | None = None) -> Analysis:
+#: Files larger than this are parsed piece by piece (``incremental``), re-parsing only the
+#: top-level blocks that changed; smaller ones parse whole in a few milliseconds.
+PIECEWISE_CHARS = 50_000
+
+
+def analyse(text: str, path: str, previous: Analysis | None = None,
+            pieces: PieceParser | None = None) -> Analysis:
     """Run the front end on ``text`` and index its names.  Call from one thread at a time."""
-    result = loads(text, path)
+    if pieces is not None and len(text) > PIECEWISE_CHARS:
+        result = from_syntax(*pieces.parse(text, path))
+    else:
+        result = loads(text, path)
     source = result.syntax.source if result.syntax is not None else Source(path, text)
     pipeline = result.pipeline if result.ok else (previous.pipeline if previous else None)
     analysis = Analysis(text, source, result, pipeline)

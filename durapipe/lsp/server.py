@@ -24,6 +24,7 @@ from durapipe.dsl import diagnostics as dg
 from durapipe.lsp import analysis as an
 from durapipe.lsp import complete as cp
 from durapipe.lsp import fixes as fx
+from durapipe.lsp.incremental import PieceParser
 
 #: Quiet time after a keystroke before the file is analysed (typing bursts cost one analysis).
 DEBOUNCE_S = 0.04
@@ -94,6 +95,8 @@ class DurapipeServer(LanguageServer):
         self.analyses: dict[str, an.Analysis] = {}
         self.latest: dict[str, str] = {}
         self.jobs: dict[str, _Job] = {}
+        #: Per document, parsed top-level blocks of earlier versions (worker thread only).
+        self.pieces: dict[str, PieceParser] = {}
         self.debounces: dict[str, asyncio.Task[None]] = {}
         self._positions: dict[str, Positions] = {}
         #: Documents the client has open; others (a builder `.py`, a file on disk) get nothing.
@@ -120,7 +123,8 @@ class DurapipeServer(LanguageServer):
     def _analyse(self, uri: str, text: str, previous: an.Analysis | None) -> an.Analysis | None:
         if self.latest.get(uri) is not text:
             return None  # replaced while queued: a newer job analyses the newer text
-        return an.analyse(text, _path_of(uri), previous)
+        pieces = self.pieces.setdefault(uri, PieceParser())
+        return an.analyse(text, _path_of(uri), previous, pieces)
 
     async def analysis(self, uri: str) -> an.Analysis | None:
         """The analysis of the document's current text, waiting for it if needed."""
@@ -179,7 +183,7 @@ class DurapipeServer(LanguageServer):
         task = self.debounces.pop(uri, None)
         if task is not None:
             task.cancel()
-        for store in (self.analyses, self.latest, self.jobs, self._positions):
+        for store in (self.analyses, self.latest, self.jobs, self._positions, self.pieces):
             store.pop(uri, None)
 
 

@@ -250,3 +250,28 @@ async def test_builder_py_files_are_left_alone(client: LanguageClient) -> None:
         text_document=t.TextDocumentIdentifier(uri=uri), position=t.Position(line=0, character=1)))
     assert hover is None
     assert uri not in client.diagnostics
+
+
+@pytest.mark.asyncio
+async def test_a_large_file_is_analysed_piecewise_with_the_same_diagnostics(
+        client: LanguageClient, capfd: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from check_bench import generate
+
+    from durapipe.dsl import loads
+    from durapipe.lsp.analysis import PIECEWISE_CHARS
+
+    text = generate(300)
+    assert len(text) > PIECEWISE_CHARS
+    uri = _uri("large.pipe")
+    assert await _open(client, uri, text) == []
+    edited = text.replace('stage "s150" {', 'stage "s150" {\n  memroy = 1Gi', 1).replace(
+        "s200.outputs.data", "s200.outputs.dat", 1)
+    client.text_document_did_change(t.DidChangeTextDocumentParams(
+        text_document=t.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[t.TextDocumentContentChangeWholeDocument(text=edited)]))
+    await client.wait_for_notification(t.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    got = [(d.code, d.range.start.line) for d in client.diagnostics[uri]]
+    want = [(d.code, d.span.line - 1) for d in loads(edited).diagnostics if d.span]
+    assert got == want and {"P0201", "P0301"} <= {c for c, _ in got}
+    _assert_clean(client, capfd)

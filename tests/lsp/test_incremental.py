@@ -1,0 +1,76 @@
+"""Parsing piece by piece (the server, on large files) gives what parsing the whole file does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from durapipe.dsl import load
+from durapipe.dsl.diagnostics import Diagnostic
+from durapipe.lsp.incremental import PieceParser, pieces
+from tests.conftest import REPO_ROOT
+
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, IsADirectoryError):
+        return False  # P0001/P0002 cases: reported before any parsing
+    return True
+
+
+FILES = sorted(p for p in [*REPO_ROOT.glob("examples/**/*.pipe"),
+                           *REPO_ROOT.glob("tests/cases/**/*.pipe")] if _utf8(p))
+
+
+def _key(diags: list[Diagnostic]) -> list[tuple[object, ...]]:
+    return [(d.code, d.message, d.help, d.notes, d.severity,
+             tuple((lb.span.start, lb.span.end, lb.message) for lb in d.labels))
+            for d in diags]
+
+
+def _both(text: str, parser: PieceParser | None = None) -> tuple[load.LoadResult,
+                                                                   load.LoadResult]:
+    whole = load.loads(text, "f.pipe")
+    piecewise = load.from_syntax(*(parser or PieceParser()).parse(text, "f.pipe"))
+    return whole, piecewise
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_piecewise_diagnostics_and_model_match_the_whole_file(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    whole, piecewise = _both(text)
+    assert _key(piecewise.diagnostics) == _key(whole.diagnostics)
+    assert piecewise.pipeline == whole.pipeline
+
+
+def test_pieces_start_at_top_level_keywords_only() -> None:
+    text = ('pipeline "p" {}\n# stage "in a comment" {\nstage "a" {\n  env { X = "stage \\"" }\n'
+            '  script = <<EOT\nstage "in a heredoc" {\nEOT\n}\n  stage "b" {}\n')
+    starts = pieces(text)
+    assert [text[s:].split("\n", 1)[0] for s in starts] == [
+        'pipeline "p" {}', 'stage "a" {', '  stage "b" {}']
+
+
+def test_edits_reuse_pieces_and_stay_exact() -> None:
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from check_bench import generate
+
+    text = generate(60)
+    parser = PieceParser()
+    _both(text, parser)
+    parsed = len(parser.cache)
+    assert parsed == 63  # pipeline, params, defaults and 60 stages
+    edits = [text.replace('stage "s30" {', 'stage "s30" {\n  memroy = 1Gi', 1),
+             text.replace('stage "s31" {', 'stage "s31" { image = ', 1),
+             text.replace("s30.outputs.data", "s30.outputs.dta", 1),
+             text.replace('stage "s40" {\n', 'stage "s40" \n', 1),
+             text[:len(text) // 2]]
+    for edited in edits:
+        whole, piecewise = _both(edited, parser)
+        assert _key(piecewise.diagnostics) == _key(whole.diagnostics)
+        assert whole.diagnostics != [], edited[-300:]
+    assert len(parser.cache) < parsed + 3 * len(edits)  # the other pieces came from the cache
