@@ -13,7 +13,6 @@ from durapipe.lsp.incremental import PieceParser, pieces
 from tests.conftest import REPO_ROOT
 
 
-
 def _utf8(path: Path) -> bool:
     try:
         path.read_text(encoding="utf-8")
