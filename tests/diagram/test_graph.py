@@ -79,3 +79,9 @@ def test_svg_through_graphviz(tmp_path: Path) -> None:
     svg = out.read_text()
     assert svg.lstrip().startswith(("<?xml", "<svg")) and "</svg>" in svg
     assert svg.count('class="node"') == 3 and svg.count('class="edge"') == 3
+
+
+def test_the_readme_shows_what_graph_prints() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("```mermaid\n", 1)[1].split("```", 1)[0]
+    assert shown == render.mermaid(_pipeline(REPO_ROOT / "examples" / "prep_train_eval.pipe"))
