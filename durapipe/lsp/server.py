@@ -149,6 +149,13 @@ class DurapipeServer(LanguageServer):
             if uri not in self.latest:
                 return None  # closed meanwhile
 
+    async def current(self, uri: str) -> tuple[an.Analysis, Positions] | None:
+        """The document's current analysis and its positions; ``None`` for what we leave."""
+        result = await self.analysis(uri) if self.handles(uri) else None
+        if result is None:
+            return None
+        return result, self.positions(uri, result.text)
+
     def schedule(self, uri: str, delay: float) -> None:
         if not self.handles(uri):
             return
@@ -269,24 +276,24 @@ def completion(ls: DurapipeServer, params: t.CompletionParams) -> t.CompletionLi
 @server.feature(t.TEXT_DOCUMENT_HOVER)
 async def hover(ls: DurapipeServer, params: t.HoverParams) -> t.Hover | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if ls.handles(uri) else None
-    if result is None:
-        return None
-    positions = ls.positions(uri, result.text)
-    found = an.hover(result, positions.offset(params.position))
+    found = await ls.current(uri)
     if found is None:
         return None
-    markdown, span = found
+    result, positions = found
+    shown = an.hover(result, positions.offset(params.position))
+    if shown is None:
+        return None
+    markdown, span = shown
     return t.Hover(contents=t.MarkupContent(kind=t.MarkupKind.Markdown, value=markdown),
                    range=positions.range(span.start, span.end) if span is not None else None)
 
 
 async def _occurrence(ls: DurapipeServer, uri: str, position: t.Position,
                       ) -> tuple[an.Analysis, Positions, an.Occurrence] | None:
-    result = await ls.analysis(uri) if ls.handles(uri) else None
-    if result is None:
+    found = await ls.current(uri)
+    if found is None:
         return None
-    positions = ls.positions(uri, result.text)
+    result, positions = found
     occ = result.occurrence_at(positions.offset(position))
     return (result, positions, occ) if occ is not None else None
 
@@ -326,10 +333,10 @@ _SYMBOL_KINDS = {
 async def document_symbol(ls: DurapipeServer, params: t.DocumentSymbolParams,
                           ) -> list[t.DocumentSymbol] | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if ls.handles(uri) else None
-    if result is None:
+    found = await ls.current(uri)
+    if found is None:
         return None
-    positions = ls.positions(uri, result.text)
+    result, positions = found
 
     def convert(symbol: an.Symbol) -> t.DocumentSymbol:
         whole = positions.range(symbol.span.start, max(symbol.span.end, symbol.selection.end))
@@ -382,10 +389,10 @@ def _format(text: str, path: str) -> str | None:
 async def code_action(ls: DurapipeServer, params: t.CodeActionParams,
                       ) -> list[t.CodeAction] | None:
     uri = params.text_document.uri
-    result = await ls.analysis(uri) if ls.handles(uri) else None
-    if result is None:
+    found = await ls.current(uri)
+    if found is None:
         return None
-    positions = ls.positions(uri, result.text)
+    result, positions = found
     wanted = {(d.code, d.range.start.line, d.range.start.character): d
               for d in params.context.diagnostics if d.source == "durapipe"}
     lo, hi = positions.offset(params.range.start), positions.offset(params.range.end)
