@@ -46,7 +46,7 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while building many small objects that all stay alive.
 
     Each gen-2 collection walks the whole heap, so with the collector on, parsing grows
@@ -63,7 +63,7 @@ def _gc_paused() -> Iterator[None]:
 
 def loads(text: str, path: str = "<input>") -> LoadResult:
     """Load a pipeline from ``.pipe`` text."""
-    with _gc_paused():
+    with gc_paused():
         return _loads(text, path)
 
 
@@ -76,7 +76,7 @@ def from_syntax(syntax: File | None, diagnostics: list[dg.Diagnostic]) -> LoadRe
     """The phases after parsing, on a parsed file and the parser's diagnostics."""
     if syntax is None:
         return LoadResult(None, dg.sort_unique(diagnostics))
-    with _gc_paused():
+    with gc_paused():
         return _from_syntax(syntax, diagnostics)
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 from durapipe.dsl import codes, units
 from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import syntax as st
-from durapipe.dsl.load import LoadResult, from_syntax, loads
+from durapipe.dsl.load import LoadResult, from_syntax, gc_paused, loads
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import Source, Span
 from durapipe.lsp import vocabulary as vocab
@@ -95,7 +95,8 @@ def analyse(text: str, path: str, previous: Analysis | None = None,
             pieces: PieceParser | None = None) -> Analysis:
     """Run the front end on ``text`` and index its names.  Call from one thread at a time."""
     if pieces is not None and len(text) > PIECEWISE_CHARS:
-        result = from_syntax(*pieces.parse(text, path))
+        with gc_paused():
+            result = from_syntax(*pieces.parse(text, path))
     else:
         result = loads(text, path)
     source = result.syntax.source if result.syntax is not None else Source(path, text)

@@ -7,7 +7,8 @@ piece parses as it would in the whole file.  Pieces are parsed on their own (key
 text, so a piece that only moved is not parsed again) and their trees are moved to their
 place in the whole file; lowering and validation then run on the whole tree as usual.
 
-Where a piece hit something whose effect is not local (a heredoc without its end, the limit on
+The first version of a file is parsed whole (one parse is much cheaper than one per piece) and
+its pieces remembered from that tree.  Where a piece hit something whose effect is not local (a heredoc without its end, the limit on
 syntax errors, a file past the size limit) the whole file is parsed the ordinary way instead.
 ``tests/lsp/test_incremental.py`` checks that both ways give identical diagnostics on every
 example and case file.
@@ -15,6 +16,7 @@ example and case file.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import OrderedDict
 from dataclasses import replace
@@ -113,8 +115,11 @@ _Parsed = tuple[st.File, int, list[Diagnostic]]
 class PieceParser:
     """Parses files piece by piece, remembering the pieces of earlier versions."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed_from_whole: bool = True) -> None:
         self.cache: OrderedDict[str, _Parsed] = OrderedDict()
+        #: Parse the first version whole and remember its pieces from that tree (tests turn
+        #: it off to parse every piece on its own).
+        self.seed_from_whole = seed_from_whole
 
     def _piece(self, text: str, path: str, lines_before: int) -> _Parsed | None:
         hit = self.cache.get(text)
@@ -134,12 +139,44 @@ class PieceParser:
             self.cache.popitem(last=False)
         return parsed
 
+    def _seed(self, file: st.File, diagnostics: list[Diagnostic], starts: list[int]) -> None:
+        """Remember the pieces of a whole-file parse: one parse of the whole file costs far
+        less than one per piece, so the first version of a file is parsed whole."""
+        text = file.source.text
+        bounds = [*starts[1:], len(text)]
+        items = iter(file.items)
+        comments = iter(file.comments)
+        item = next(items, None)
+        comment = next(comments, None)
+        broken = {bisect.bisect_right(starts, d.span.start) - 1 for d in diagnostics
+                  if d.span is not None}
+        for k, (start, end) in enumerate(zip(starts, bounds)):
+            mine: list[st.TopLevel] = []
+            while item is not None and item.span.start < end:
+                mine.append(item)
+                item = next(items, None)
+            notes: list[st.Comment] = []
+            while comment is not None and comment.span.start < end:
+                notes.append(comment)
+                comment = next(comments, None)
+            if k in broken or text[start:end] in self.cache:
+                continue
+            shift = _Shift(Source(file.source.path, text[start:end]), -start)
+            piece = st.File(shift.source, [shift.item(i) for i in mine],
+                            [st.Comment(shift.span(c.span), c.text) for c in notes])
+            self.cache[text[start:end]] = (piece, 0, [])
+
     def parse(self, text: str, path: str) -> tuple[st.File | None, list[Diagnostic]]:
         """What ``parser.parse`` gives for the whole text, from (mostly cached) pieces."""
         source = Source(path, text)
         if len(text) > parser.MAX_INPUT_CHARS:
             return parser.parse(source)
         starts = pieces(text)
+        if self.seed_from_whole and not self.cache:
+            whole, found = parser.parse(source)
+            if whole is not None:
+                self._seed(whole, found, starts)
+            return whole, found
         items: list[st.TopLevel] = []
         comments: list[st.Comment] = []
         diagnostics: list[Diagnostic] = []

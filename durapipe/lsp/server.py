@@ -26,11 +26,10 @@ from durapipe.lsp import complete as cp
 from durapipe.lsp import fixes as fx
 from durapipe.lsp.incremental import PieceParser
 
-#: Quiet time after a keystroke before the file is analysed (typing bursts cost one analysis).
+#: Quiet time after a keystroke before the file is analysed (a burst costs one analysis).  On
+#: a large file a longer wait would not save work: while one analysis runs, the edits after it
+#: queue, and only the newest text is analysed when the worker is free.
 DEBOUNCE_S = 0.04
-#: ... and for a large file, whose analysis takes longer than a keystroke's interval.
-DEBOUNCE_LARGE_S = 0.08
-LARGE_FILE_CHARS = 200_000
 
 log = logging.getLogger("durapipe.lsp")
 
@@ -230,9 +229,7 @@ def did_open(ls: DurapipeServer, params: t.DidOpenTextDocumentParams) -> None:
 
 @server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: DurapipeServer, params: t.DidChangeTextDocumentParams) -> None:
-    uri = params.text_document.uri
-    large = len(ls.text(uri)) > LARGE_FILE_CHARS
-    ls.schedule(uri, DEBOUNCE_LARGE_S if large else DEBOUNCE_S)
+    ls.schedule(params.text_document.uri, DEBOUNCE_S)
 
 
 @server.feature(t.TEXT_DOCUMENT_DID_CLOSE)

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from durapipe.dsl import load
+from durapipe.dsl import fmt, load
+from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic
+from durapipe.dsl.parser import parse as _parse
+from durapipe.dsl.source import Source
 from durapipe.lsp.incremental import PieceParser, pieces
 from tests.conftest import REPO_ROOT
 
@@ -33,9 +36,21 @@ def _key(diags: list[Diagnostic]) -> list[tuple[object, ...]]:
 
 def _both(text: str, parser: PieceParser | None = None) -> tuple[load.LoadResult,
                                                                    load.LoadResult]:
+    """The whole-file result and the piecewise one (every piece parsed on its own)."""
     whole = load.loads(text, "f.pipe")
-    piecewise = load.from_syntax(*(parser or PieceParser()).parse(text, "f.pipe"))
+    parser = parser or PieceParser(seed_from_whole=False)
+    piecewise = load.from_syntax(*parser.parse(text, "f.pipe"))
     return whole, piecewise
+
+
+def parser_parse(text: str) -> st.File | None:
+    return _parse(Source("f.pipe", text))[0]
+
+
+def _tree(file: st.File | None) -> object:
+    assert file is not None
+    return (fmt.syntax_shape(file), [(i.span.start, i.span.end) for i in file.items],
+            [(c.span.start, c.text) for c in file.comments])
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
@@ -60,9 +75,13 @@ def test_edits_reuse_pieces_and_stay_exact() -> None:
 
     text = generate(60)
     parser = PieceParser()
-    _both(text, parser)
+    _both(text, parser)  # the first version is parsed whole, and its pieces remembered
     parsed = len(parser.cache)
     assert parsed == 63  # pipeline, params, defaults and 60 stages
+    # What was remembered is what parsing each piece gives.
+    fresh = PieceParser(seed_from_whole=False)
+    assert _tree(parser.parse(text, "f.pipe")[0]) == _tree(fresh.parse(text, "f.pipe")[0])
+    assert _tree(parser.parse(text, "f.pipe")[0]) == _tree(parser_parse(text))
     edits = [text.replace('stage "s30" {', 'stage "s30" {\n  memroy = 1Gi', 1),
              text.replace('stage "s31" {', 'stage "s31" { image = ', 1),
              text.replace("s30.outputs.data", "s30.outputs.dta", 1),
