@@ -84,3 +84,20 @@ def test_every_prefix_of_an_example_is_answered(path: Path) -> None:
         an.symbols(result)
         for diag in result.diagnostics:
             fx.fixes(diag, prefix)
+
+
+def test_positions_count_utf16_code_units() -> None:
+    from lsprotocol import types as t
+
+    from durapipe.lsp.server import Positions
+
+    text = 'a = "é😀x"\nb\n'
+    positions = Positions(text)
+    x = text.index("x")
+    assert positions.position(x) == t.Position(line=0, character=8)  # 😀 is two units
+    assert positions.offset(t.Position(line=0, character=8)) == x
+    assert positions.offset(t.Position(line=1, character=0)) == text.index("b")
+    assert positions.offset(t.Position(line=1, character=99)) == text.index("b") + 1
+    assert positions.offset(t.Position(line=9, character=0)) == len(text)
+    utf32 = Positions(text, t.PositionEncodingKind.Utf32)
+    assert utf32.position(x) == t.Position(line=0, character=7)
