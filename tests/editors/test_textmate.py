@@ -20,9 +20,10 @@ from durapipe import grammars
 from durapipe.dsl import parser
 from tests.conftest import REPO_ROOT
 from tests.node_tools import run_node
+from tests.pipe_files import CASES, EXAMPLES
 
 GRAMMAR = REPO_ROOT / "editors" / "vscode" / "syntaxes" / "pipe.tmLanguage.json"
-FILES = sorted([*REPO_ROOT.glob("examples/**/*.pipe"), *REPO_ROOT.glob("tests/cases/**/*.pipe")])
+FILES = [*EXAMPLES, *CASES]
 
 #: Lark terminal -> the class it is highlighted as.
 CLASSES = {"STRING": "string", "OPEN_STRING": "string", "HEREDOC": "string",
@@ -35,14 +36,6 @@ SCOPES = {"keyword": ("keyword.control.block",), "keyword-constant": ("constant.
           "duration": ("constant.numeric.duration",), "quantity": ("constant.numeric.quantity",),
           "number": ("constant.numeric.durapipe",), "comment": ("comment.",)}
 _DURATION = re.compile(r"(\d+[smhd])+")
-
-
-def _readable(path: Path) -> bool:
-    try:
-        path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, IsADirectoryError):
-        return False
-    return True
 
 
 def lark_classes(text: str) -> list[str | None]:
@@ -98,7 +91,7 @@ def textmate_classes(text: str, tokens: list[list[object]]) -> list[str | None]:
 
 @pytest.fixture(scope="module")
 def tokenised() -> dict[str, object]:
-    return run_node("tokenize.mjs", str(GRAMMAR), *(str(p) for p in FILES if _readable(p)))
+    return run_node("tokenize.mjs", str(GRAMMAR), *(str(p) for p in FILES))
 
 
 def test_there_are_files_of_every_kind() -> None:
@@ -106,7 +99,7 @@ def test_there_are_files_of_every_kind() -> None:
     assert len([p for p in FILES if "cases" in p.parts]) >= 40
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _readable(p)],
+@pytest.mark.parametrize("path", FILES,
                          ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_highlighting_agrees_with_the_lark_tokens(path: Path,
                                                   tokenised: dict[str, object]) -> None:

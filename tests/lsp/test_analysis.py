@@ -12,19 +12,7 @@ from durapipe.lsp import complete as cp
 from durapipe.lsp import fixes as fx
 from durapipe.lsp import vocabulary as vocab
 from durapipe.lsp.fixes import Fix
-from tests.conftest import REPO_ROOT
-
-
-def _utf8(path: Path) -> bool:
-    try:
-        path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, IsADirectoryError):
-        return False
-    return True
-
-
-CASES = sorted(p for p in REPO_ROOT.glob("tests/cases/**/*.pipe") if _utf8(p))
-EXAMPLES = sorted(REPO_ROOT.glob("examples/**/*.pipe"))
+from tests.pipe_files import CASES, EXAMPLES
 
 
 def _apply(text: str, fix: Fix) -> str:

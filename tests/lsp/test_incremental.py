@@ -14,18 +14,9 @@ from durapipe.dsl.parser import parse as _parse
 from durapipe.dsl.source import Source
 from durapipe.lsp.incremental import PieceParser, pieces
 from tests.conftest import REPO_ROOT
+from tests.pipe_files import CASES, EXAMPLES
 
-
-def _utf8(path: Path) -> bool:
-    try:
-        path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, IsADirectoryError):
-        return False  # P0001/P0002 cases: reported before any parsing
-    return True
-
-
-FILES = sorted(p for p in [*REPO_ROOT.glob("examples/**/*.pipe"),
-                           *REPO_ROOT.glob("tests/cases/**/*.pipe")] if _utf8(p))
+FILES = [*EXAMPLES, *CASES]
 
 
 def _key(diags: list[Diagnostic]) -> list[tuple[object, ...]]:
