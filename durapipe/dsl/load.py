@@ -46,7 +46,7 @@ def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while building many small objects that all stay alive.
 
     Each gen-2 collection walks the whole heap, so with the collector on, parsing grows
@@ -63,15 +63,25 @@ def _gc_paused() -> Iterator[None]:
 
 def loads(text: str, path: str = "<input>") -> LoadResult:
     """Load a pipeline from ``.pipe`` text."""
-    with _gc_paused():
+    with gc_paused():
         return _loads(text, path)
 
 
 def _loads(text: str, path: str) -> LoadResult:
-    source = Source(path, text)
-    syntax, diagnostics = parser.parse(source)
+    syntax, diagnostics = parser.parse(Source(path, text))
+    return from_syntax(syntax, diagnostics)
+
+
+def from_syntax(syntax: File | None, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    """The phases after parsing, on a parsed file and the parser's diagnostics."""
     if syntax is None:
         return LoadResult(None, dg.sort_unique(diagnostics))
+    with gc_paused():
+        return _from_syntax(syntax, diagnostics)
+
+
+def _from_syntax(syntax: File, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    source = syntax.source
     lowered = lw.lower(syntax)
     result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
                     diagnostics + lowered.diagnostics)
