@@ -1,6 +1,7 @@
 """Checkpoint store performance, every ratio measured within one run of this script.
 
     python benchmarks/runtime_checkpoint.py [--size-mib 1024] [--dir-mib 256] [--skip-s3]
+    python benchmarks/runtime_checkpoint.py --soak [--kills 1000] [--seed 1]
 
 1. ``import durapipe.runtime`` wall time (target < 50 ms over a bare interpreter).
 2. Local filesystem, a directory of fp32-like shards (--dir-mib): committed save and restore
@@ -10,6 +11,10 @@
      same bytes with obstore (target <= 15%);
    - committed upload and restore throughput versus obstore alone (target >= 70%);
    - re-saving unchanged files uploads nothing.
+``--soak`` runs only the crash harness of the tests (tests/runtime/crash.py) for ``--kills``
+SIGKILLs over the local store and S3 (moto), uploads in-process and by the sidecar agent, and
+prints the counts; the target is ``0 torn, 0 lost``.
+
 Moto is pure Python and shares the CPUs with the client: absolute MB/s say little about real
 S3, the ratios are the point.  Every timing is the best of --repeats runs, so a busy machine
 distorts the ratios less.
@@ -249,6 +254,36 @@ def bench_s3(work: Path, size_mib: int, repeats: int) -> None:
         server.wait()
 
 
+def soak(work: Path, kills: int, seed: int) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.runtime.crash import child_env, run_kills
+
+    server, endpoint = start_moto()
+    try:
+        env = dict(
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID="soak",
+            AWS_SECRET_ACCESS_KEY="soak",
+            AWS_REGION="us-east-1",
+        )
+        os.environ.update(env)
+        bucket = f"soak-{uuid.uuid4().hex[:8]}"
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"))
+        started = time.perf_counter()
+        counts = run_kills(
+            work, kills, seed, s3_bucket_uri=f"s3://{bucket}/soak", env=child_env(env)
+        )
+        elapsed = time.perf_counter() - started
+    finally:
+        server.kill()
+        server.wait()
+    for problem in counts.problems:
+        print(f"  {problem}")
+    print(f"soak, seed {seed}: {counts.summary()}; {elapsed:.0f} s")
+    print(f"{counts.torn} torn, {counts.lost} lost")
+    return 0 if counts.torn == counts.lost == 0 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -260,9 +295,14 @@ def main() -> int:
         help="where to put the data (e.g. /dev/shm to keep a busy disk out of the ratios)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="best of N for every timing")
+    parser.add_argument("--soak", action="store_true", help="only the SIGKILL soak")
+    parser.add_argument("--kills", type=int, default=1000, help="SIGKILLs of the soak")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the soak")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="durapipe-bench-", dir=options.workdir) as directory:
         work = Path(directory)
+        if options.soak:
+            return soak(work, options.kills, options.seed)
         bench_import()
         bench_local(work, options.dir_mib, options.repeats)
         if not options.skip_s3:

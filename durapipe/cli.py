@@ -83,13 +83,17 @@ def cmd_fmt(args: argparse.Namespace) -> int:
 
 def _atomic_write(path: str, text: str) -> None:
     """Replace ``path`` so that a crash leaves either the old or the new file, never half."""
+    _atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _atomic_write_bytes(path: str, data: bytes) -> None:
     import tempfile
 
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".durapipe-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         try:
@@ -134,6 +138,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from durapipe.runner import cli as runner_cli
 
     return runner_cli.runs(args)
+
+
+def cmd_lsp(args: argparse.Namespace) -> int:
+    try:
+        from durapipe.lsp import server
+    except ImportError as exc:  # the optional extra is not installed
+        print(f"durapipe lsp needs the `lsp` extra ({exc.name} is missing): "
+              "pip install 'durapipe[lsp]'", file=sys.stderr)
+        return 2
+    return server.main()
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from durapipe.diagram import cli as diagram_cli
+
+    return diagram_cli.run(args)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -196,6 +216,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         runner_cli.add_runs_arguments(runs)
     run.set_defaults(func=cmd_run)
     runs.set_defaults(func=cmd_runs)
+
+    graph = sub.add_parser("graph", help="draw the stage DAG (Mermaid, Graphviz dot, SVG)",
+                           description="Print the stage DAG of a pipeline, each stage labelled "
+                                       "with its retry budgets, memory rungs, GPU types and "
+                                       "cache state.")
+    graph.add_argument("file", metavar="FILE")
+    graph.add_argument("--format", choices=("mermaid", "dot", "svg"), default="mermaid",
+                       help="mermaid (default; renders in GitHub and GitLab), dot, or svg "
+                            "(through Graphviz `dot`, where installed)")
+    graph.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    graph.set_defaults(func=cmd_graph)
+
+    lsp = sub.add_parser("lsp", help="run the language server (for editors), over stdio",
+                         description="Language Server Protocol server for .pipe files: "
+                                     "diagnostics, completion, hover, go-to-definition, "
+                                     "references, outline, formatting and quick fixes. "
+                                     "Needs the `lsp` extra.")
+    lsp.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
+    lsp.set_defaults(func=cmd_lsp)
     return parser
 
 

@@ -34,3 +34,19 @@ def test_documented_pipeline_checks_clean(name: str, text: str) -> None:
     result = loads(text, name)
     errors = [d for d in result.diagnostics if d.is_error]
     assert errors == [], render(errors)
+
+
+def _guarantee_tests() -> list[str]:
+    text = (ROOT / "docs" / "runtime.md").read_text(encoding="utf-8")
+    section = text.split("## Guarantees under faults", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    return [name for row in rows for name in re.findall(r"`(test_\w+\.py::test_\w+)`", row)]
+
+
+def test_every_guarantee_of_the_runtime_names_a_test_that_exists() -> None:
+    names = _guarantee_tests()
+    assert len(names) >= 15
+    for name in names:
+        module, _, function = name.partition("::")
+        source = (ROOT / "tests" / "runtime" / module).read_text(encoding="utf-8")
+        assert f"def {function}(" in source, f"docs/runtime.md names {name}, which is not a test"

@@ -16,7 +16,7 @@ from durapipe.dsl.diagnostics import render
 from tests.vocabulary import Kind, schema_paths
 
 VALUES = [
-    "1e309", "-1e309", "99999999999999999999999", "-1", "0", "0.5", "1e-300", '"x"', '""',
+    "1e309", "-1e309", "99999999999999999999999", "9" * 400, "-1", "0", "0.5", "1e-300", '"x"', '""',
     "true", "[]", "[1e309]", '["a", 2]', 'secret("s", "k")', "params.p", "pre.outputs.out",
     "256Gi", "0s", '"${params.p}"', '"{{workflow.name}}"',
 ]
@@ -85,4 +85,10 @@ def test_every_pipeline_attribute_takes_any_value_without_crashing(
 
 def test_too_large_a_number_is_a_diagnostic() -> None:
     result = loads(_file(stage_setting="resources { cpu = 1e309 }"), "x.pipe")
+    assert [d.code for d in result.diagnostics] == ["P0111"]
+
+
+def test_an_integer_too_large_for_a_float_is_a_diagnostic() -> None:
+    # 309+ digits: the literal cannot even be compared with infinity as a float.
+    result = loads(_file(stage_setting=f"resources {{ cpu = {'9' * 400} }}"), "x.pipe")
     assert [d.code for d in result.diagnostics] == ["P0111"]

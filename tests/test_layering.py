@@ -68,6 +68,20 @@ def test_check_and_compile_import_no_validation_library_and_not_hera() -> None:
         loaded = _modules_loaded_by(*argv)
         assert "durapipe" in loaded and "lark" in loaded
         assert not loaded & {"pydantic", "pydantic_core", "hera", "yaml"}, argv
+        # The language server's library is for `durapipe lsp` alone (issue 14).
+        assert not loaded & {"pygls", "lsprotocol", "cattrs"}, argv
+
+
+def test_only_the_server_module_imports_the_lsp_library() -> None:
+    """The analysis behind `durapipe lsp` stays usable (and testable) without pygls."""
+    for path in (PACKAGE / "lsp").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {alias.name.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module}
+        if path.name != "server.py":
+            assert not names & {"pygls", "lsprotocol"}, path.name
 
 
 def _module_imports(path: Path) -> set[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import lower as lw
 from durapipe.dsl import parser, validate
-from durapipe.dsl.heap import gc_paused
+from durapipe.dsl.heap import gc_paused as gc_paused  # re-exported: the LSP pauses it too
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import Source, SourceMap, Span
 from durapipe.dsl.syntax import File, ParamsBlock
@@ -51,10 +51,20 @@ def loads(text: str, path: str = "<input>") -> LoadResult:
 
 
 def _loads(text: str, path: str) -> LoadResult:
-    source = Source(path, text)
-    syntax, diagnostics = parser.parse(source)
+    syntax, diagnostics = parser.parse(Source(path, text))
+    return from_syntax(syntax, diagnostics)
+
+
+def from_syntax(syntax: File | None, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    """The phases after parsing, on a parsed file and the parser's diagnostics."""
     if syntax is None:
         return LoadResult(None, dg.sort_unique(diagnostics))
+    with gc_paused():
+        return _from_syntax(syntax, diagnostics)
+
+
+def _from_syntax(syntax: File, diagnostics: list[dg.Diagnostic]) -> LoadResult:
+    source = syntax.source
     lowered = lw.lower(syntax)
     result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
                     diagnostics + lowered.diagnostics)

@@ -135,6 +135,7 @@ class GpuChoice:
 class Gpu:
     """GPU request: a count and an ordered list of acceptable types."""
 
+    #: GPUs per pod, for every type that does not give its own count.
     count: GpuCount = 1
     #: In order of preference.  Entries may override the count (``"A100:16"``).
     types: tuple[GpuChoice, ...] = ()
@@ -144,9 +145,13 @@ class Gpu:
 
 @dataclass(frozen=True, kw_only=True)
 class Resources:
+    #: CPU request and limit, in cores.
     cpu: MilliCpu | None = None
+    #: Memory request and limit (the first rung when `retry.on_oom` is set).
     memory: Bytes | None = None
+    #: Local disk for the pod.
     ephemeral_storage: Bytes | None = None
+    #: Size of `/dev/shm` (PyTorch data loaders need more than the default).
     shm: Bytes | None = None
     gpu: Gpu | None = None
 
@@ -155,6 +160,7 @@ class Resources:
 class OnOom:
     """The OOM memory ladder: each out-of-memory kill moves to the next, larger size."""
 
+    #: Memory sizes, smallest first: each OOM kill retries on the next.
     memory: Annotated[tuple[Bytes, ...], MinItems(1)]
 
 
@@ -166,8 +172,12 @@ class Retry:
     attempts: Annotated[int, Bounds(ge=0, le=100)] = 0
     #: Retries after a preemption (spot reclaim, node shutdown, eviction, pod deletion).
     preemptions: Annotated[int, Bounds(ge=0, le=100)] = 3
+    #: Wait before the first preemption retry of an attempt; each later wait is
+    #: `backoff_factor` times longer (an application failure retries at once).
     backoff: Seconds | None = None
+    #: Growth of the wait between retries.
     backoff_factor: Annotated[int, Bounds(ge=1, le=10)] = 2
+    #: Longest wait between retries (10m, or `backoff` if larger, when unset).
     max_backoff: Seconds | None = None
     on_oom: OnOom | None = None
     #: CUDA out-of-memory: "fail" at once, or "retry" spending the application budget.
@@ -180,6 +190,7 @@ class Cache:
 
     #: Salt: bump it to invalidate every cached result of the stage.
     version: str = ""
+    #: Results older than this are recomputed.
     max_age: Seconds | None = None
 
 
@@ -187,7 +198,9 @@ class Cache:
 class Checkpoint:
     """Intra-task checkpointing through the runtime's store (``checkpoint = true`` or a block)."""
 
+    #: Directory the training code saves checkpoints in; restored before each attempt.
     path: str = "/var/run/durapipe/checkpoint"
+    #: Committed checkpoints kept in storage.
     keep: Annotated[int, Bounds(ge=1, le=1000)] = 3
     #: "run": this run only; "pipeline": later runs of the same pipeline resume from it too.
     scope: Literal["run", "pipeline"] = "run"
@@ -197,9 +210,13 @@ class Checkpoint:
 class Distributed:
     """Multi-node training: ``replicas`` nodes x ``procs_per_node`` processes."""
 
+    #: Nodes (pods) of the job.
     replicas: Annotated[int, Bounds(ge=1, le=10000)]
+    #: Processes per node (usually one per GPU).
     procs_per_node: Annotated[int, Bounds(ge=1, le=64)] = 1
+    #: How the processes are started.
     launcher: Literal["torchrun"] = "torchrun"
+    #: Restarts of the whole job after a worker failure.
     max_restarts: Annotated[int, Bounds(ge=0, le=1000)] = 0
     #: Restarts caused by host maintenance or preemption do not spend ``max_restarts``.
     restart_on_maintenance: bool = True
@@ -208,16 +225,26 @@ class Distributed:
 @dataclass(frozen=True, kw_only=True)
 class Stage:
     name: str
+    #: Container image the stage runs in.
     image: str
+    #: The command and its arguments; may use `params.x` and `stage.outputs.y`.
     command: tuple[Text, ...] | None = None
+    #: A script run by the image's shell, instead of `command` (a heredoc).
     script: str | None = None
+    #: Arguments appended to `command`.
     args: tuple[Text, ...] = ()
+    #: Environment variables: text, references or `secret("name", "key")`.
     env: dict[str, EnvValue] = field(default_factory=dict)
+    #: Working directory of the command.
     workdir: str | None = None
+    #: Named inputs: references to upstream outputs, mounted as files.
     inputs: dict[str, Ref] = field(default_factory=dict)
+    #: Named outputs: paths the stage writes, passed to the stages that read them.
     outputs: dict[str, str] = field(default_factory=dict)
+    #: Stages that must finish first, without passing data (bare stage names).
     needs: tuple[str, ...] = ()
     resources: Resources = Resources()
+    #: May run on spot/preemptible capacity; preemptions spend `retry.preemptions`.
     interruptible: bool = False
     #: Run the last attempt on on-demand capacity (only with ``interruptible``).
     last_attempt_on_demand: bool = False
@@ -227,7 +254,9 @@ class Stage:
     #: Longest runtime of one attempt.
     timeout: Seconds | None = None
     distributed: Distributed | None = None
+    #: Kubernetes labels on the stage's pods.
     labels: dict[str, str] = field(default_factory=dict)
+    #: Kubernetes annotations on the stage's pods.
     annotations: dict[str, str] = field(default_factory=dict)
 
     def references(self) -> list[Ref]:
@@ -264,6 +293,7 @@ Profile = Literal["generic", "gke", "eks", "karpenter", "aks"]
 class Cluster:
     """How this cluster labels spot capacity and GPU types; presets come from ``profile``."""
 
+    #: The kind of cluster: how it labels GPU types and spot capacity.
     profile: Profile = "generic"
     #: The extended resource name for GPUs.
     gpu_resource: str = "nvidia.com/gpu"
@@ -280,16 +310,23 @@ class Cluster:
 @dataclass(frozen=True, kw_only=True)
 class Pipeline:
     name: str
+    #: Kubernetes namespace the workflow is submitted to (the cluster's default without it).
     namespace: str | None = None
     #: Root URI for checkpoints and cache data (``s3://bucket/prefix``, ``file:///...``).
     storage: str | None = None
     #: Secret holding store credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY style keys).
     storage_secret: str | None = None
+    #: Service account every pod of the workflow runs as.
     service_account: str | None = None
+    #: Cron schedules (`schedule = "0 3 * * *"` or a list); with `kind = "cron"` a CronWorkflow.
     schedules: tuple[str, ...] = ()
+    #: IANA time zone of the schedules (`Europe/Berlin`); UTC without it.
     timezone: str | None = None
+    #: What to compile to: a Workflow, a WorkflowTemplate or a CronWorkflow.
     kind: OutputKind = "workflow"
+    #: Kubernetes labels on the compiled object and its pods.
     labels: dict[str, str] = field(default_factory=dict)
+    #: Kubernetes annotations on the compiled object.
     annotations: dict[str, str] = field(default_factory=dict)
     cluster: Cluster = Cluster()
     params: tuple[Param, ...] = ()

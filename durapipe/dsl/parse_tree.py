@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import lark
 
@@ -150,7 +151,9 @@ class TreeBuilder:
         if kind == "number":
             raw = str(first)
             number: int | float = float(raw) if any(c in raw for c in ".eE") else int(raw)
-            if math.isinf(number):
+            # An int beyond a float's range (309+ digits) cannot reach math.isinf.
+            if (math.isinf(number) if isinstance(number, float)
+                    else abs(number) > sys.float_info.max):
                 self.state.diagnostics.append(error(
                     "P0111", f"the number `{raw}` is too large", span, "reads as infinity",
                     help="write the value you mean; sizes and durations take units (1Ti, 7d)"))

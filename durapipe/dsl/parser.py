@@ -30,7 +30,7 @@ from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, error
 from durapipe.dsl.parse_recovery import (
     MAX_NESTING,
-    MAX_SYNTAX_ERRORS,
+    MAX_SYNTAX_ERRORS as MAX_SYNTAX_ERRORS,  # re-exported: the LSP parses in pieces
     ParseState,
     generic_error,
     recover,

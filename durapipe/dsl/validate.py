@@ -215,6 +215,7 @@ class _Checker:
         self.fallback = fallback
         self.data = data
         self.diags: list[Diagnostic] = []
+        self._ref_index: dict[tuple[Any, ...], list[tuple[Any, ...]]] | None = None
 
     def written(self, index: int, *path: str) -> set[str]:
         """What the stage (or ``defaults``) wrote in the block at ``path``, valid or not."""
@@ -406,10 +407,20 @@ class _Checker:
             self.ref(i, value, loc, stage_index)
         elif isinstance(value, Interp):
             refs = [p for p in value.parts if isinstance(p, Ref)]
-            ref_locs = sorted(k for k in self.sm if k[:len(loc) + 1] == (*loc, "<ref>"))
+            ref_locs = sorted(self._ref_locs().get(loc, ()))
             for n, ref in enumerate(refs):
                 sub = ref_locs[n] if n < len(ref_locs) else loc
                 self.ref(i, ref, sub, stage_index)
+
+    def _ref_locs(self) -> dict[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """Source-map keys of references inside strings, by the string's location: built in
+        one pass, since scanning the whole map per string made checking quadratic."""
+        if self._ref_index is None:
+            self._ref_index = {}
+            for key in self.sm:
+                if len(key) >= 2 and key[-2] == "<ref>":
+                    self._ref_index.setdefault(key[:-2], []).append(key)
+        return self._ref_index
 
     def resources(self, i: int, stage: Stage) -> None:
         base = ("stages", i, "resources")

@@ -50,10 +50,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exec_usage_error(message: str, termination_log: str | None = None) -> int:
+    """``exec`` promises a verdict for every ending, its own misuse included."""
+    from durapipe.runtime.wrapper import report_without_attempt
+
+    sys.stderr.write(f"durapipe.runtime exec: {message}\n")
+    return report_without_attempt(
+        f"wrapper usage error: {message}", termination_log=termination_log
+    ).exit_code
+
+
+def _termination_log_argument(arguments: list[str]) -> str | None:
+    """``--termination-log`` of arguments that failed to parse as a whole."""
+    for index, argument in enumerate(arguments):
+        if argument == "--":
+            break
+        if argument == "--termination-log" and index + 1 < len(arguments):
+            return arguments[index + 1]
+        if argument.startswith("--termination-log="):
+            return argument.partition("=")[2]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        options = _parser().parse_args(argv)
+        options = _parser().parse_args(arguments)
     except _UsageError as error:
+        if arguments[:1] == ["exec"]:
+            return _exec_usage_error(str(error), _termination_log_argument(arguments))
         sys.stderr.write(f"durapipe.runtime: {error}\n")
         return contract.EXIT_USAGE
     if options.subcommand == "exec":
@@ -61,8 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            sys.stderr.write("durapipe.runtime exec: no command given after --\n")
-            return contract.EXIT_USAGE
+            return _exec_usage_error("no command given after --", options.termination_log)
         from durapipe.runtime.wrapper import run_attempt
 
         try:
@@ -73,10 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 termination_log=options.termination_log,
                 output_hash_dir=options.output_hash_dir,
             )
-        except (OSError, ValueError) as error:
-            # The command could not even start (not found, not executable, bad outputs JSON).
-            sys.stderr.write(f"durapipe.runtime exec: {error}\n")
-            return contract.EXIT_USAGE
+        except Exception as error:  # noqa: BLE001 (the verdict is the one report there is)
+            return _exec_usage_error(f"{type(error).__name__}: {error}", options.termination_log)
         return result.exit_code
     if options.subcommand == "hash":
         from durapipe.runtime.hashing import hash_path

@@ -5,8 +5,11 @@ into ``<spool>/pending/<name>/`` and renames it into place.  From then on the ch
 to this agent, which lives in another container (its own cgroup), so a state handed over just
 before the trainer is OOM-killed or preempted still reaches the store.
 
-On SIGTERM the agent keeps committing what is already pending until the spool is empty or the
-grace period (``DURAPIPE_GRACE_SECONDS``) is nearly spent, then exits.
+A commit that fails for a reason of the store (network, 5xx, timeouts) stays pending and is
+retried with backoff; one that cannot succeed (its data is damaged, the store refuses it) is
+reported at once.  On SIGTERM the agent keeps committing what is already pending until the
+spool is empty or the grace period (``DURAPIPE_GRACE_SECONDS``) is nearly spent, then reports
+what it could not commit and exits; a store that never answers cannot hold it longer.
 """
 
 from __future__ import annotations
@@ -14,72 +17,185 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import (
     DEFAULT_KEEP,
+    GRACE_MARGIN,
+    RETRY_DIR,
+    Backoff,
     Committer,
+    attempt_request,
+    grace_from_env,
     pending_requests,
-    process_request,
+    settle,
     write_result,
 )
 from durapipe.runtime.podstatus import record_pod_status
 from durapipe.runtime.store import Store, open_store
 
 log = logging.getLogger("durapipe.agent")
-#: Seconds of the grace period kept back so the agent exits before its own SIGKILL.
-GRACE_MARGIN = 2.0
+DEFAULT_GRACE_SECONDS = 30.0
 HEARTBEAT_FILE = "agent.json"
 
 
 class UploadAgent:
-    def __init__(self, spool_dir: Path, store: Store, *, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(
+        self,
+        spool_dir: Path,
+        store: Store,
+        *,
+        keep: int = DEFAULT_KEEP,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    ) -> None:
         self.spool_dir = spool_dir
         self.committer = Committer(store, keep=keep)
+        self.grace_seconds = grace_seconds
         self.stopping = threading.Event()
+        #: Monotonic time by which the agent must have exited (set once stopping).
+        self.deadline: float | None = None
+        self.backoff = Backoff()
 
-    def drain_once(self) -> int:
-        """Commit the newest pending request; older ones it supersedes share its result.
+    def _deadline_passed(self) -> bool:
+        if self.deadline is None and self.stopping.is_set():
+            self.deadline = time.monotonic() + max(0.0, self.grace_seconds - GRACE_MARGIN)
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
-        Returns how many requests were settled.
+    def _attempt(self, request_dir: Path) -> dict[str, Any] | None:
+        """One commit attempt on a thread of its own, so a store that never answers cannot
+        hold the agent past its deadline; ``None`` when the deadline came first."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = attempt_request(self.committer, request_dir)
+            except BaseException as error:  # noqa: BLE001 (re-raised by the agent's thread)
+                box["error"] = error
+
+        worker = threading.Thread(target=work, name="durapipe-agent-commit", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.05)
+            if worker.is_alive() and self._deadline_passed():
+                return None
+        if "error" in box:
+            raise box["error"]
+        result: dict[str, Any] = box["result"]
+        return result
+
+    def drain_once(self) -> str:
+        """Try to commit the newest pending request; older ones it supersedes share its result.
+
+        Returns ``"idle"`` (nothing pending), ``"settled"``, ``"retry"`` (the store failed;
+        the request stays pending) or ``"deadline"``.
         """
         requests = pending_requests(self.spool_dir)
         if not requests:
-            return 0
+            return "idle"
         newest, older = requests[-1], requests[:-1]
-        result = process_request(self.committer, self.spool_dir, newest)
+        result = self._attempt(newest)
+        if result is None:
+            return "deadline"
+        if result.get("retryable"):
+            note = self.spool_dir / RETRY_DIR / f"{newest.name}.json"
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.write_text(json.dumps({"error": result["error"]}))
+            return "retry"
+        self.backoff.reset()
+        settle(self.spool_dir, newest, result)
+        if "error" in result:
+            # This request cannot be committed; the ones before it still may be.
+            return "settled"
         for request_dir in older:
-            write_result(self.spool_dir, request_dir, dict(result, superseded=True))
-            shutil.rmtree(request_dir, ignore_errors=True)
-        return len(requests)
+            settle(self.spool_dir, request_dir, dict(result, superseded=True))
+        return "settled"
 
-    def run(self, *, poll_seconds: float = 0.2, grace_seconds: float = 30.0) -> None:
+    def run(self, *, poll_seconds: float = 0.2, grace_seconds: float | None = None) -> None:
+        if grace_seconds is not None:
+            self.grace_seconds = grace_seconds
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         (self.spool_dir / HEARTBEAT_FILE).write_text(json.dumps({"pid": os.getpid()}))
         while not self.stopping.is_set():
-            if not self.drain_once():
+            outcome = self.drain_once()
+            if outcome == "idle":
                 self.stopping.wait(poll_seconds)
-        deadline = time.monotonic() + max(0.0, grace_seconds - GRACE_MARGIN)
+            elif outcome == "retry":
+                self.stopping.wait(self.backoff.next())
         # Stages that save on SIGTERM hand over their final state a little after we got ours.
-        while time.monotonic() < deadline:
-            if not self.drain_once() and not _trainer_may_still_save(self.spool_dir):
+        while not self._deadline_passed():
+            outcome = self.drain_once()
+            if outcome == "deadline":
                 break
-            time.sleep(poll_seconds)
+            if outcome == "idle" and not _trainer_may_still_save(self.spool_dir):
+                break
+            assert self.deadline is not None
+            pause = self.backoff.next() if outcome == "retry" else poll_seconds
+            time.sleep(max(0.0, min(pause, self.deadline - time.monotonic())))
+        self._report_uncommitted()
+
+    def _report_uncommitted(self) -> None:
+        """Whatever is still pending at the deadline is reported, to the log and to its
+        waiters, and left in the spool (a restarted agent would commit it)."""
         left = pending_requests(self.spool_dir)
-        if left:
-            log.error("exiting with %d checkpoint(s) not uploaded", len(left))
+        if not left:
+            return
+        log.error(
+            "exiting at the deadline (grace period %g s) with %d checkpoint(s) not committed: %s",
+            self.grace_seconds,
+            len(left),
+            ", ".join(request.name for request in left),
+        )
+        for request in left:
+            try:
+                note = json.loads((self.spool_dir / RETRY_DIR / f"{request.name}.json").read_text())
+            except (OSError, ValueError):
+                note = {}
+            error = "not committed before the upload agent's deadline (grace period)"
+            if isinstance(note, dict) and note.get("error"):
+                error += f"; last error: {note['error']}"
+            write_result(self.spool_dir, request, {"error": error, "deadline": True})
 
 
-def _trainer_may_still_save(spool_dir: Path) -> bool:
-    """A staging in progress shows as a ``.partial`` directory."""
+#: A staging that has not written anything for this long belongs to a trainer that died.
+STALE_PARTIAL_SECONDS = 5.0
+
+
+def _trainer_may_still_save(spool_dir: Path, now: float | None = None) -> bool:
+    """A staging in progress shows as a ``.partial`` directory that is still being written.
+
+    One a killed trainer left behind must not hold the agent for the whole grace period:
+    the trainer's container may not share our process namespace, so liveness is judged by
+    progress (the newest modification time inside it), not by its pid.
+    """
     pending = spool_dir / "pending"
-    return pending.is_dir() and any(p.name.endswith(".partial") for p in pending.iterdir())
+    if not pending.is_dir():
+        return False
+    cutoff = (time.time() if now is None else now) - STALE_PARTIAL_SECONDS
+    for partial in pending.iterdir():
+        if partial.name.endswith(".partial") and _last_write(partial) >= cutoff:
+            return True
+    return False
+
+
+def _last_write(root: Path) -> float:
+    newest = 0.0
+    try:
+        newest = root.stat().st_mtime
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                try:
+                    newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+                except FileNotFoundError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return newest
 
 
 def run_agent(
@@ -96,15 +212,14 @@ def run_agent(
         log.error("no checkpoint URI (--uri or %s)", contract.ENV_CHECKPOINT_URI)
         return contract.EXIT_USAGE
     keep = keep or int(os.environ.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP)
-    grace = float(os.environ.get(contract.ENV_GRACE_SECONDS) or 30)
-    agent = UploadAgent(spool_dir, open_store(uri), keep=keep)
+    agent = UploadAgent(spool_dir, open_store(uri), keep=keep, grace_seconds=grace_from_env())
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         agent.stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    agent.run(poll_seconds=poll_seconds, grace_seconds=grace)
+    agent.run(poll_seconds=poll_seconds)
     # By now (Argo stops sidecars after the main container ends) the pod status says how the
     # main container ended, even when an OOM kill took the wrapper down with it.
     ending = record_pod_status(spool_dir)

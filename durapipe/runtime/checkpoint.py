@@ -31,6 +31,7 @@ import os
 import queue
 import shutil
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
@@ -51,6 +52,7 @@ from durapipe.runtime.hashing import (
 )
 from durapipe.runtime.store import (
     AlreadyExists,
+    CorruptObject,
     NotFound,
     Store,
     StoreError,
@@ -65,11 +67,15 @@ MANIFEST_FORMAT = "durapipe-checkpoint/1"
 MANIFEST_DIR = "manifests"
 BLOB_DIR = "blobs"
 DEFAULT_KEEP = 3
+#: Downloads of a blob before its digest mismatch condemns the commit that references it.
+DOWNLOAD_ATTEMPTS = 2
 KIND_BYTES, KIND_FILE, KIND_DIR = "bytes", "file", "dir"
 BYTES_NAME = "payload"
 #: Inside a staged request: the data, and the request description written last.
 STAGED_FILES = "files"
 REQUEST_FILE = "request.json"
+#: ``<spool>/retrying/<name>.json``: the last error of a request the agent keeps retrying.
+RETRY_DIR = "retrying"
 
 
 class CheckpointError(Exception):
@@ -85,6 +91,8 @@ class Commit:
     metadata: dict[str, Any]
     uploaded_bytes: int = 0
     reused_bytes: int = 0
+    #: Blobs found missing or corrupt before reuse, and uploaded again for this commit.
+    repaired: tuple[str, ...] = ()
 
 
 T = TypeVar("T")
@@ -166,7 +174,9 @@ def decode_manifest(data: bytes) -> dict[str, Any]:
     return body
 
 
-def _entry_to_json(entry: TreeEntry, mtime_ns: int | None = None) -> dict[str, Any]:
+def _entry_to_json(
+    entry: TreeEntry, mtime_ns: int | None = None, stored: str | None = None
+) -> dict[str, Any]:
     encoded: dict[str, Any] = {
         "path": entry.path,
         "kind": entry.kind,
@@ -177,10 +187,17 @@ def _entry_to_json(entry: TreeEntry, mtime_ns: int | None = None) -> dict[str, A
     if mtime_ns is not None:
         # Not part of the content identity; restored so "newest file" lookups still work.
         encoded["mtime_ns"] = mtime_ns
+    if stored is not None:
+        # The store's fingerprint of the verified blob, compared before the blob is reused.
+        encoded["stored"] = stored
     return encoded
 
 
 # -- committing (the uploader side) -------------------------------------------------------------
+
+
+class BlobMissing(CheckpointError):
+    """A blob just uploaded is not in the store as written: worth committing again."""
 
 
 class Committer:
@@ -192,20 +209,25 @@ class Committer:
         self.store = store
         self.keep = keep
         self.algorithm = algorithm or default_algorithm()
-        #: Digests (and sizes) of blobs known to exist: those of the newest commit.
-        self._known: dict[str, int] | None = None
+        #: Blobs of the newest commit: digest -> (size, fingerprint recorded when the blob was
+        #: uploaded and verified).  ``None``: read it from the store first.
+        self._known: dict[str, tuple[int, str | None]] | None = None
 
     def _committed_seqs(self) -> list[int]:
         keys = retrying(lambda: self.store.list(MANIFEST_DIR))
         return sorted(seq for seq in map(_seq_of, keys) if seq is not None)
 
-    def _load_known(self, seqs: list[int]) -> dict[str, int]:
+    def _load_known(self, seqs: list[int]) -> dict[str, tuple[int, str | None]]:
         for seq in reversed(seqs):
             try:
                 body = decode_manifest(retrying(partial(self.store.get_bytes, manifest_key(seq))))
             except (NotFound, ValueError):
                 continue
-            return {e["digest"]: e["size"] for e in body["entries"] if e["kind"] == "file"}
+            return {
+                e["digest"]: (e["size"], e.get("stored"))
+                for e in body["entries"]
+                if e["kind"] == "file"
+            }
         return {}
 
     def commit(self, request_dir: Path) -> Commit:
@@ -224,59 +246,100 @@ class Committer:
         seqs = self._committed_seqs()
         if self._known is None:
             self._known = self._load_known(seqs)
-        uploaded = reused = 0
-        to_upload: dict[str, TreeEntry] = {}
-        for entry in entries:
-            if entry.kind != "file":
-                continue
-            if self._known.get(entry.digest) == entry.size:
-                reused += entry.size
-            elif entry.digest not in to_upload:
-                to_upload[entry.digest] = entry
-                uploaded += entry.size
+        known = self._known
+        unique = {e.digest: e for e in entries if e.kind == "file"}
+        #: digest -> the store's fingerprint of the verified blob, recorded in the manifest.
+        stored: dict[str, str] = {}
+        repaired: list[str] = []
+        to_upload: list[TreeEntry] = []
+
+        def check_reuse(entry: TreeEntry) -> None:
+            # Deduplication trusts nothing it has not just checked: a blob is reused only while
+            # the store still holds exactly what was verified when it was uploaded.
+            size, fingerprint = known.get(entry.digest, (None, None))
+            if size == entry.size and fingerprint is not None:
+                key = blob_key(entry.digest)
+                actual = retrying(lambda: self.store.fingerprint(key, self.algorithm))
+                if actual == fingerprint:
+                    stored[entry.digest] = actual
+                    return
+                log.warning(
+                    "checkpoint blob %s is %s; uploading it again",
+                    key,
+                    "missing" if actual is None else "corrupt (it changed since it was verified)",
+                )
+                repaired.append(key)
+            to_upload.append(entry)
 
         def upload(entry: TreeEntry) -> None:
             source = files_root / entry.path
-            retrying(lambda: self.store.put_file(blob_key(entry.digest), source, consume=True))
-
-        def verify(entry: TreeEntry) -> None:
             key = blob_key(entry.digest)
+            stored[entry.digest] = retrying(
+                lambda: self.store.put_file(key, source, consume=True, digest=entry.digest)
+            )
             actual = retrying(lambda: self.store.size(key))
             if actual != entry.size:
-                raise CheckpointError(f"blob {key} has size {actual}, expected {entry.size}")
+                raise BlobMissing(f"blob {key} has size {actual}, expected {entry.size}")
 
         try:
-            run_parallel(upload, to_upload.values(), self.store.parallel_files)
-            # Verify every blob the manifest will reference, reused ones included: the
-            # manifest is the promise that they are all there.
-            unique = {e.digest: e for e in entries if e.kind == "file"}
-            run_parallel(verify, unique.values(), self.store.parallel_files)
-        except CheckpointError:
-            # A blob we thought present is not: trust nothing next time, upload everything.
-            self._known = {}
+            run_parallel(check_reuse, unique.values(), self.store.parallel_files)
+            to_upload.sort(key=lambda entry: entry.path)
+            run_parallel(upload, to_upload, self.store.parallel_files)
+            body = {
+                "format": MANIFEST_FORMAT,
+                "kind": request["kind"],
+                "name": request.get("name", ""),
+                "metadata": request.get("metadata", {}),
+                "created": request.get("created", time.time()),
+                "algorithm": self.algorithm,
+                "entries": [
+                    _entry_to_json(entry, mtimes.get(entry.path), stored.get(entry.digest))
+                    for entry in entries
+                ],
+            }
+            seq = (seqs[-1] + 1) if seqs else 1
+            while True:
+                body["seq"] = seq
+                data = encode_manifest(body)
+                try:
+                    retrying(
+                        partial(self.store.put_bytes, manifest_key(seq), data, create_only=True)
+                    )
+                    break
+                except AlreadyExists:
+                    # Another writer (a zombie attempt) took this number; go after it.
+                    seq = max(self._committed_seqs() + [seq]) + 1
+        except BaseException:
+            # Trust nothing next time; and what this attempt uploaded but no manifest refers
+            # to goes now, or a full store would stay full until some later commit succeeds.
+            self._known = None
+            self._discard({blob_key(e.digest) for e in to_upload})
             raise
-        body = {
-            "format": MANIFEST_FORMAT,
-            "kind": request["kind"],
-            "name": request.get("name", ""),
-            "metadata": request.get("metadata", {}),
-            "created": request.get("created", time.time()),
-            "algorithm": self.algorithm,
-            "entries": [_entry_to_json(entry, mtimes.get(entry.path)) for entry in entries],
-        }
-        seq = (seqs[-1] + 1) if seqs else 1
-        while True:
-            body["seq"] = seq
-            data = encode_manifest(body)
-            try:
-                retrying(partial(self.store.put_bytes, manifest_key(seq), data, create_only=True))
-                break
-            except AlreadyExists:
-                # Another writer (a zombie attempt) took this number; go after it.
-                seq = max(self._committed_seqs() + [seq]) + 1
-        self._known = {e.digest: e.size for e in entries if e.kind == "file"}
+        self._known = {e.digest: (e.size, stored.get(e.digest)) for e in unique.values()}
         self._collect_garbage(seq)
-        return Commit(seq, request["kind"], body["metadata"], uploaded, reused)
+        uploaded = sum(entry.size for entry in to_upload)
+        reused = sum(e.size for e in entries if e.kind == "file") - uploaded
+        return Commit(seq, request["kind"], body["metadata"], uploaded, reused, tuple(repaired))
+
+    def _referenced(self, seqs: Iterable[int]) -> set[str]:
+        referenced: set[str] = set()
+        for seq in seqs:
+            try:
+                body = decode_manifest(retrying(partial(self.store.get_bytes, manifest_key(seq))))
+            except (NotFound, ValueError):
+                continue
+            referenced.update(blob_key(e["digest"]) for e in body["entries"] if e["kind"] == "file")
+        return referenced
+
+    def _discard(self, keys: set[str]) -> None:
+        """Delete blobs of a failed commit that no manifest references (best effort)."""
+        if not keys:
+            return
+        try:
+            for key in sorted(keys - self._referenced(self._committed_seqs())):
+                retrying(partial(self.store.delete, key))
+        except (StoreError, OSError) as error:
+            log.warning("could not remove the blobs of a failed checkpoint: %s", error)
 
     def _collect_garbage(self, newest: int) -> None:
         """Keep the newest ``keep`` manifests and the blobs they reference.
@@ -284,6 +347,9 @@ class Committer:
         Failures here are logged, not raised: the commit already happened.
         """
         try:
+            sweep = getattr(self.store, "remove_stale_temporaries", None)
+            if sweep is not None:
+                sweep()
             seqs = self._committed_seqs()
             # Manifests above ours (another writer's) are never collected, nor their blobs.
             doomed = [s for s in seqs if s <= newest][: -self.keep]
@@ -291,21 +357,11 @@ class Committer:
                 retrying(partial(self.store.delete, manifest_key(seq)))
             if not doomed:
                 return
-            referenced: set[str] = set()
-            for seq in (s for s in seqs if s not in doomed):
-                try:
-                    body = decode_manifest(
-                        retrying(partial(self.store.get_bytes, manifest_key(seq)))
-                    )
-                except (NotFound, ValueError):
-                    continue
-                referenced.update(
-                    blob_key(e["digest"]) for e in body["entries"] if e["kind"] == "file"
-                )
+            referenced = self._referenced(s for s in seqs if s not in doomed)
             for key in retrying(lambda: self.store.list(BLOB_DIR)):
                 if key not in referenced:
                     retrying(partial(self.store.delete, key))
-        except StoreError as error:
+        except (StoreError, OSError) as error:
             log.warning("checkpoint garbage collection failed: %s", error)
 
 
@@ -384,11 +440,21 @@ def _materialise(
         def fetch(item: tuple[Mapping[str, Any], Path]) -> None:
             entry, target = item
             key = blob_key(entry["digest"])
-            digest = again(lambda: store.get_file(key, target, entry["size"], algorithm=algorithm))
-            if target.stat().st_size != entry["size"]:
-                raise CheckpointError(f"{entry['path']}: size mismatch")
-            if (digest or hash_file(target, algorithm)) != entry["digest"]:
-                raise CheckpointError(f"{entry['path']}: digest mismatch")
+            for attempt in range(DOWNLOAD_ATTEMPTS):
+                digest = again(
+                    lambda: store.get_file(key, target, entry["size"], algorithm=algorithm)
+                )
+                if target.stat().st_size != entry["size"]:
+                    problem = "size mismatch"
+                elif (digest or hash_file(target, algorithm)) != entry["digest"]:
+                    problem = "digest mismatch"
+                else:
+                    break
+                # Damaged on the way, or in the store: only another download tells which,
+                # and falling back to an older commit for a flipped bit in transit loses work.
+                log.warning("%s: %s (download %d)", entry["path"], problem, attempt + 1)
+            else:
+                raise CheckpointError(f"{entry['path']}: {problem}")
             if entry.get("executable"):
                 target.chmod(target.stat().st_mode | 0o111)
             if "mtime_ns" in entry:
@@ -521,28 +587,135 @@ def write_result(spool_dir: Path, request_dir: Path, result: Mapping[str, Any]) 
     os.replace(temporary, done / f"{request_dir.name}.json")
 
 
-def process_request(
-    committer: Committer, spool_dir: Path, request_dir: Path, *, record: bool = True
-) -> dict[str, Any]:
-    """Commit one request, drop the staged copy, and (``record``) leave its result in
-    ``spool/done`` for a waiter in another process."""
+def attempt_request(committer: Committer, request_dir: Path) -> dict[str, Any]:
+    """Try to commit one request once; the result says whether trying again may help
+    (``"retryable"``).  Never raises: whatever went wrong, a waiter must hear about it."""
     try:
         commit = committer.commit(request_dir)
-        result: dict[str, Any] = {
-            "seq": commit.seq,
-            "kind": commit.kind,
-            "uploaded_bytes": commit.uploaded_bytes,
-            "reused_bytes": commit.reused_bytes,
-        }
     except Exception as error:  # noqa: BLE001
-        # Whatever went wrong, the waiter must hear about it: an uploader that died silently
-        # would leave save handles waiting forever.
-        log.error("checkpoint upload of %s failed: %s", request_dir.name, error)
-        result = {"error": f"{type(error).__name__}: {error}"}
+        retryable = is_retryable(error)
+        log.log(
+            logging.WARNING if retryable else logging.ERROR,
+            "checkpoint upload of %s failed%s: %s",
+            request_dir.name,
+            " (will retry)" if retryable else "",
+            error,
+        )
+        return {"error": f"{type(error).__name__}: {error}", "retryable": retryable}
+    result: dict[str, Any] = {
+        "seq": commit.seq,
+        "kind": commit.kind,
+        "uploaded_bytes": commit.uploaded_bytes,
+        "reused_bytes": commit.reused_bytes,
+    }
+    if commit.repaired:
+        result["repaired"] = list(commit.repaired)
+    return result
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Errors of the store or the network, including refusals (a 403 while credentials are
+    rotated looks like one that lasts): retried until the waiter's deadline, which then names
+    the last error.  A request that cannot be committed (its staged data is gone or damaged)
+    or a local disk that refuses it (full, read-only) is reported at once."""
+    if isinstance(error, CorruptObject):
+        return False
+    return isinstance(error, (StoreError, BlobMissing, TimeoutError, ConnectionError))
+
+
+def settle(
+    spool_dir: Path, request_dir: Path, result: Mapping[str, Any], *, record: bool = True
+) -> None:
+    """A request is finished: (``record``) leave its result in ``spool/done`` for a waiter in
+    another process, then drop the staged copy.  In this order, so a kill in between leaves
+    a request that is committed again, never one that is lost."""
     if record:
         write_result(spool_dir, request_dir, result)
     shutil.rmtree(request_dir, ignore_errors=True)
+    (spool_dir / RETRY_DIR / f"{request_dir.name}.json").unlink(missing_ok=True)
+
+
+def process_request(
+    committer: Committer, spool_dir: Path, request_dir: Path, *, record: bool = True
+) -> dict[str, Any]:
+    """Commit one request once and settle it, whatever the outcome."""
+    result = attempt_request(committer, request_dir)
+    settle(spool_dir, request_dir, result, record=record)
     return result
+
+
+class Backoff:
+    """Delays between attempts to commit: doubling from ``first`` up to ``cap``."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0) -> None:
+        self.first, self.cap = first, cap
+        self.current = first
+
+    def next(self) -> float:
+        delay = self.current
+        self.current = min(self.cap, self.current * 2)
+        return delay
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+# -- deadlines ----------------------------------------------------------------------------------
+
+#: Seconds of the grace period kept back, so a bounded wait reports before the SIGKILL.
+GRACE_MARGIN = 2.0
+DEFAULT_GRACE_SECONDS = 30.0
+#: Before a stop request, a wait without a timeout is bounded by this many grace periods.
+RUNNING_BOUND_FACTOR = 60
+_stop_signalled_at: float | None = None
+
+
+class CheckpointDeadlineExceeded(CheckpointError, TimeoutError):
+    """A save was not committed within its bound (derived from the pod's grace period)."""
+
+
+def grace_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``DURAPIPE_GRACE_SECONDS`` (the pod's ``terminationGracePeriodSeconds``), else 30."""
+    value = (os.environ if env is None else env).get(contract.ENV_GRACE_SECONDS) or ""
+    try:
+        grace = float(value)
+    except ValueError:
+        return DEFAULT_GRACE_SECONDS
+    return grace if grace > 0 and grace == grace else DEFAULT_GRACE_SECONDS
+
+
+def note_stop_signal(at: float | None = None) -> None:
+    """Record when SIGTERM arrived (called from the SDK's flag-only handler: no I/O)."""
+    global _stop_signalled_at
+    if _stop_signalled_at is None:
+        _stop_signalled_at = time.time() if at is None else at
+
+
+def stop_time() -> float | None:
+    """When this attempt was asked to stop (wall clock), if it was: the SIGTERM the SDK saw,
+    or the wrapper's stop file, whichever came first."""
+    times = [] if _stop_signalled_at is None else [_stop_signalled_at]
+    control = os.environ.get(contract.ENV_CONTROL_DIR)
+    if control:
+        try:
+            times.append((Path(control) / contract.CONTROL_STOP_FILE).stat().st_mtime)
+        except OSError:
+            pass
+    return min(times) if times else None
+
+
+def default_bound(grace: float) -> float:
+    """How long a wait without an explicit timeout may block, in seconds from now.
+
+    After a stop request: what is left of the grace period less a margin (a wait that
+    outlives the pod's SIGKILL reports nothing).  Before one, a periodic save may be large
+    and the store slow, so the bound is ``RUNNING_BOUND_FACTOR`` grace periods (30 minutes
+    for the default 30 s): long enough for a big upload, never forever.
+    """
+    stopped = stop_time()
+    if stopped is None:
+        return max(1.0, grace * RUNNING_BOUND_FACTOR)
+    return max(0.0, stopped + grace - GRACE_MARGIN - time.time())
 
 
 # -- the user-facing object ---------------------------------------------------------------------
@@ -556,6 +729,8 @@ class SaveHandle:
         self.request_name = request_name
         self._done = threading.Event()
         self._result: dict[str, Any] | None = None
+        #: The last failure of an attempt that is being retried (for the timeout message).
+        self.last_error: str | None = None
 
     def _resolve(self, result: dict[str, Any]) -> None:
         self._result = result
@@ -567,8 +742,12 @@ class SaveHandle:
         return self._checkpoint.uploader == "sidecar" and self._checkpoint._poll_result(self)
 
     def wait(self, timeout: float | None = None) -> Commit:
-        if not self._checkpoint._wait_result(self, timeout):
-            raise TimeoutError(f"checkpoint {self.request_name} not committed in {timeout}s")
+        """Block until committed; raise :class:`CheckpointError` if it failed and
+        :class:`CheckpointDeadlineExceeded` if it is not committed within ``timeout`` seconds
+        (by default: what is left of the grace period, see :func:`default_bound`)."""
+        bound = self._checkpoint._bound(timeout)
+        if not self._checkpoint._wait_result(self, bound):
+            raise self._checkpoint._deadline_error([self], bound)
         assert self._result is not None
         if "error" in self._result:
             raise CheckpointError(self._result["error"])
@@ -578,6 +757,7 @@ class SaveHandle:
             {},
             int(self._result.get("uploaded_bytes", 0)),
             int(self._result.get("reused_bytes", 0)),
+            tuple(self._result.get("repaired", ())),
         )
 
     def __await__(self) -> Generator[Any, None, Commit]:
@@ -608,6 +788,7 @@ class Checkpoint:
         uploader: str = "thread",
         store: Store | None = None,
         load_attempts: int = 5,
+        grace_seconds: float | None = None,
     ) -> None:
         if uploader not in ("thread", "sidecar"):
             raise ValueError(f"uploader must be 'thread' or 'sidecar', got {uploader!r}")
@@ -618,6 +799,8 @@ class Checkpoint:
         self.spool_dir = Path(spool_dir) if spool_dir is not None else self.path / ".spool"
         self.uploader = uploader
         self.load_attempts = load_attempts
+        #: The pod's grace period: every wait without a timeout is bounded by it.
+        self.grace_seconds = grace_from_env() if grace_seconds is None else grace_seconds
         self._restored: Restored | None = None
         self._queue: queue.Queue[_Upload | None] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -638,6 +821,7 @@ class Checkpoint:
             keep=int(env.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP),
             spool_dir=env.get(contract.ENV_SPOOL_DIR) or None,
             uploader=env.get(contract.ENV_UPLOADER) or "thread",
+            grace_seconds=grace_from_env(env),
         )
 
     # -- save --------------------------------------------------------------------------------
@@ -669,36 +853,81 @@ class Checkpoint:
         return self.save(data, metadata).wait()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every save handed over so far is committed (or has failed)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait until every save handed over so far is committed (or has failed).
+
+        Raises :class:`CheckpointDeadlineExceeded`, naming what is not committed, when that
+        takes longer than ``timeout`` (by default: what is left of the grace period)."""
+        bound = self._bound(timeout)
+        deadline = time.monotonic() + bound
         if self.uploader == "thread":
             with self._lock:
                 handles = list(self._handles.values())
-            for handle in handles:
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                self._wait_result(handle, remaining)
+            late = [
+                handle
+                for handle in handles
+                if not self._wait_result(handle, max(0.0, deadline - time.monotonic()))
+            ]
+            if late:
+                raise self._deadline_error(late, bound)
             return
-        while pending_requests(self.spool_dir):
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError("pending checkpoint uploads did not finish")
+        while True:
+            pending = pending_requests(self.spool_dir)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                handles = [SaveHandle(self, request.name) for request in pending]
+                raise self._deadline_error(handles, bound)
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Finish pending uploads and stop the upload thread."""
-        self.flush()
-        if self._worker is not None:
-            atexit.unregister(self._flush_at_exit)
-            self._queue.put(None)
-            self._worker.join()
-            self._worker = None
+        """Finish pending uploads (bounded like :meth:`flush`) and stop the upload thread."""
+        try:
+            self.flush()
+        finally:
+            if self._worker is not None:
+                atexit.unregister(self._flush_at_exit)
+                self._queue.put(None)
+                # A worker stuck in a store call is a daemon: it must not hold the exit.
+                self._worker.join(timeout=1.0)
+                self._worker = None
+
+    def _bound(self, timeout: float | None) -> float:
+        return default_bound(self.grace_seconds) if timeout is None else timeout
+
+    def _deadline_error(
+        self, handles: list[SaveHandle], bound: float
+    ) -> CheckpointDeadlineExceeded:
+        names = ", ".join(handle.request_name for handle in handles)
+        errors = sorted({h.last_error or self._retry_note(h) or "" for h in handles} - {""})
+        message = (
+            f"checkpoint save(s) {names} not committed within {bound:.1f} s "
+            f"(the bound derived from the {self.grace_seconds:g} s grace period)"
+        )
+        if errors:
+            message += "; last error: " + "; ".join(errors)
+        return CheckpointDeadlineExceeded(message)
+
+    def _retry_note(self, handle: SaveHandle) -> str | None:
+        if self.uploader != "sidecar":
+            return None
+        try:
+            note = json.loads((self.spool_dir / RETRY_DIR / f"{handle.request_name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return str(note.get("error")) if isinstance(note, dict) else None
 
     def _flush_at_exit(self) -> None:
-        # A script that ends without close() must not lose the saves it handed over.
+        # A script that ends without close() must not lose the saves it handed over, nor
+        # hang its pod: the wait is bounded, and a missed deadline is said out loud.
         with self._lock:
             pending = len(self._handles)
         if pending:
             log.info("waiting for %d checkpoint upload(s) before exiting", pending)
-            self.flush()
+            try:
+                self.flush()
+            except CheckpointDeadlineExceeded as error:
+                sys.stderr.write(f"durapipe: {error}\n")
+                _record_failure(error)
 
     def _ensure_worker(self) -> None:
         with self._lock:
@@ -713,25 +942,45 @@ class Checkpoint:
     def _run_worker(self) -> None:
         assert self._committer is not None
         covered: list[SaveHandle] = []
+        item: _Upload | None = None
         while True:
-            item = self._queue.get()
             if item is None:
-                return
-            covered.append(item.handle)
+                item = self._queue.get()
+                if item is None:
+                    return
+                covered.append(item.handle)
             if self._queue.qsize() > 0:
                 # A newer save is already waiting: uploading this one would only delay the
                 # state a restart wants.  The newer commit resolves this handle too.
                 shutil.rmtree(item.request_dir, ignore_errors=True)
+                item = None
                 continue
-            result = process_request(
-                self._committer, self.spool_dir, item.request_dir, record=False
-            )
+            backoff = Backoff()
+            result = attempt_request(self._committer, item.request_dir)
+            while result.get("retryable"):
+                # The store is failing, not the request: keep it and try again (a waiter's
+                # bound decides how long anyone waits) unless a newer save supersedes it.
+                for handle in covered:
+                    handle.last_error = str(result["error"])
+                try:
+                    newer = self._queue.get(timeout=backoff.next())
+                except queue.Empty:
+                    result = attempt_request(self._committer, item.request_dir)
+                    continue
+                if newer is None:
+                    return  # closed: the staged copy stays in the spool
+                shutil.rmtree(item.request_dir, ignore_errors=True)
+                item = newer
+                covered.append(newer.handle)
+                result = attempt_request(self._committer, item.request_dir)
+            settle(self.spool_dir, item.request_dir, result, record=False)
             with self._lock:
                 for handle in covered:
                     self._handles.pop(handle.request_name, None)
             for handle in covered:
                 handle._resolve(result)
             covered = []
+            item = None
 
     def _poll_result(self, handle: SaveHandle) -> bool:
         done = self.spool_dir / "done" / f"{handle.request_name}.json"
@@ -774,6 +1023,13 @@ class Checkpoint:
     @property
     def restored_commit(self) -> Commit | None:
         return self._restored.commit if self._restored else None
+
+
+def _record_failure(error: BaseException) -> None:
+    # Imported here: the SDK imports this module.
+    from durapipe.runtime.sdk import record_failure
+
+    record_failure(error)
 
 
 def latest_checkpoint(

@@ -108,7 +108,11 @@ def copy_and_hash(
     with open(source, "rb", buffering=0) as reader, open(target, "wb", buffering=0) as writer:
         while count := reader.readinto(buffer):
             hasher.update(view[:count])
-            writer.write(view[:count])
+            # An unbuffered write may be short (a disk filling up): write the rest, which
+            # then fails with ENOSPC instead of leaving a silently truncated copy.
+            pending = view[:count]
+            while pending:
+                pending = pending[writer.write(pending) or 0 :]
             size += count
     return f"{algorithm}:{hasher.hexdigest()}", size
 

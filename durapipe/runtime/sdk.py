@@ -27,8 +27,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from durapipe.runtime import contract
-from durapipe.runtime.checkpoint import Checkpoint
+from durapipe.runtime import checkpoint, contract
+from durapipe.runtime.checkpoint import Checkpoint, note_stop_signal
 
 _stop_flag = threading.Event()
 _handler_lock = threading.Lock()
@@ -37,6 +37,8 @@ _handler_installed = False
 
 def _on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     _stop_flag.set()
+    # Starts the clock of the grace period that bounds the final save's wait.
+    note_stop_signal()
 
 
 def install_stop_handler() -> bool:
@@ -192,6 +194,7 @@ def _reset_for_tests() -> None:
     with _context_lock:
         _context = None
     _stop_flag.clear()
+    checkpoint._stop_signalled_at = None
 
 
 __all__ = [

@@ -8,23 +8,31 @@ obstore is imported only when a remote URI is opened.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
-from durapipe.runtime.hashing import copy_and_hash, new_hasher
+from durapipe.runtime.hashing import copy_and_hash, default_algorithm, hash_file, new_hasher
 
 T = TypeVar("T")
 
 #: Objects at least this large move in parallel parts.
 PART_SIZE = 16 * 1024 * 1024
 PART_CONCURRENCY = 8
+#: A local temporary this old belongs to a writer that died (a live one writes it at once).
+STALE_TEMPORARY_SECONDS = 600.0
+#: Bounds on every S3/GCS/Azure request (obstore's ``client_options``; callers may override).
+CLIENT_TIMEOUTS = {"connect_timeout": "5s", "timeout": "60s", "read_timeout": "20s"}
+#: obstore's own retries of one request (the checkpoint layer retries whole operations).
+OBSTORE_RETRIES = {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
 
 
 class StoreError(Exception):
@@ -43,6 +51,10 @@ class TransientStoreError(StoreError):
     """A network or server error: the same operation may succeed if retried."""
 
 
+class CorruptObject(StoreError):
+    """Data did not match the digest it was stored under."""
+
+
 class Store(Protocol):
     """What the checkpoint commit protocol needs from a store.  Keys are ``/``-separated."""
 
@@ -53,8 +65,22 @@ class Store(Protocol):
 
     def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None: ...
 
-    def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
-        """Upload a local file.  ``consume``: the caller gives the file up (it may be moved)."""
+    def put_file(
+        self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+    ) -> str:
+        """Upload a local file and return the stored object's :meth:`fingerprint`.
+
+        ``consume``: the caller will neither change the file nor need it changed, so the store
+        may share it (a hard link) instead of copying; the file itself stays where it is until
+        the caller removes it.  ``digest``: the content digest the caller expects; a store that
+        reads the data while storing it checks it and raises :class:`CorruptObject`.
+        """
+        ...
+
+    def fingerprint(self, key: str, algorithm: str) -> str | None:
+        """What identifies the stored content: the content digest where the store can compute
+        it cheaply (a local file is re-read), else the store's own checksum (S3's ETag).  It
+        changes whenever the object's content does; ``None`` when the object does not exist."""
         ...
 
     def get_bytes(self, key: str) -> bytes: ...
@@ -141,31 +167,83 @@ class LocalStore:
     def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
         target = self._path(key)
         temporary = self._temporary(target)
+        try:
+            self._write(temporary, data)
+            self._publish(temporary, target, create_only)
+        finally:
+            # A failed write (a full disk) must not leave its temporary behind: list() hides
+            # them, so nothing would ever reclaim the space.
+            temporary.unlink(missing_ok=True)
+
+    def _write(self, temporary: Path, data: bytes) -> None:
         with open(temporary, "wb") as handle:
             handle.write(data)
             if self.fsync:
                 handle.flush()
                 os.fsync(handle.fileno())
-        self._publish(temporary, target, create_only)
 
-    def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+    def put_file(
+        self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+    ) -> str:
         target = self._path(key)
         temporary = self._temporary(target)
-        # A consumed file that no other name links to can simply be moved in; a hard-linked
-        # one must be copied, or the store would share an inode the user may rewrite.
-        moved = False
-        if consume and os.stat(path).st_nlink == 1:
-            try:
-                os.rename(path, temporary)
-                moved = True
-            except OSError:
-                pass
-        if not moved:
-            shutil.copyfile(path, temporary)
+        algorithm = digest.partition(":")[0] if digest else default_algorithm()
+        try:
+            # A file the caller gives up is linked, never moved: until the commit is durable
+            # the caller's copy is what a restarted uploader starts again from.  Only a file
+            # no other name links to is shared, or the store would share an inode the user
+            # may rewrite.
+            linked = False
+            if consume and os.stat(path).st_nlink == 1:
+                try:
+                    os.link(path, temporary)
+                    linked = True
+                except OSError:
+                    pass
+            if linked and digest is not None:
+                stored = digest  # hashed as it was staged, and a link does not copy data
+                if self.fsync:
+                    with open(temporary, "rb") as handle:
+                        os.fsync(handle.fileno())
+            else:
+                if linked:
+                    temporary.unlink()
+                stored = self._copy(path, temporary, algorithm)
+            if digest is not None and stored != digest:
+                raise CorruptObject(f"{path} hashes to {stored}, expected {digest}")
+            self._publish(temporary, target, create_only=False)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return stored
+
+    def _copy(self, source: Path, temporary: Path, algorithm: str) -> str:
+        stored, _ = copy_and_hash(source, temporary, algorithm)
         if self.fsync:
             with open(temporary, "rb") as handle:
                 os.fsync(handle.fileno())
-        self._publish(temporary, target, create_only=False)
+        return stored
+
+    def fingerprint(self, key: str, algorithm: str) -> str | None:
+        try:
+            return hash_file(self._path(key), algorithm)
+        except FileNotFoundError:
+            return None
+
+    def remove_stale_temporaries(self, older_than: float = STALE_TEMPORARY_SECONDS) -> int:
+        """Delete temporaries a killed writer left behind; returns how many went."""
+        removed = 0
+        cutoff = time.time() - older_than
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for name in filenames:
+                if name.startswith(".tmp-"):
+                    path = Path(dirpath) / name
+                    try:
+                        if path.stat().st_mtime < cutoff:
+                            path.unlink()
+                            removed += 1
+                    except FileNotFoundError:
+                        pass
+        return removed
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -235,11 +313,20 @@ class ObStore:
         self.uri = uri.rstrip("/")
         config = dict(options)
         endpoint = config.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL")
+        client_options = dict(config.pop("client_options", None) or {})
         if endpoint and str(endpoint).startswith("http://"):
-            client_options = dict(config.pop("client_options", None) or {})
             client_options.setdefault("allow_http", True)
-            config["client_options"] = client_options
+        # A store that accepts connections and never answers must surface as an error, not a
+        # hang: every request and every read of a response has a bound, and obstore's own
+        # retries stop well inside a pod's grace period (the checkpoint layer retries too).
+        for name, value in CLIENT_TIMEOUTS.items():
+            client_options.setdefault(name, value)
+        config["client_options"] = client_options
+        config.setdefault("retry_config", dict(OBSTORE_RETRIES))
         self._store = from_url(self.uri, **config)
+        #: Whether ETags are MD5s of the content (S3 without SSE-KMS), so an upload can be
+        #: checked against the file without reading it back; ``None`` until known.
+        self._etags_are_md5: bool | None = None if self.uri.startswith("s3") else False
 
     def _call(self, operation: Callable[[], T]) -> T:
         from obstore import exceptions
@@ -265,8 +352,13 @@ class ObStore:
         mode = "create" if create_only else "overwrite"
         self._call(lambda: self._obstore.put(self._store, key, data, mode=mode))
 
-    def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
-        self._call(
+    def put_file(
+        self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+    ) -> str:
+        # The body's SHA-256 is part of the request signature (obstore signs payloads), so
+        # S3 itself rejects data damaged on the way; the ETag it answers identifies what it
+        # stored and is recorded in the manifest for checks before reuse.
+        result = self._call(
             lambda: self._obstore.put(
                 self._store,
                 key,
@@ -275,6 +367,37 @@ class ObStore:
                 max_concurrency=PART_CONCURRENCY,
             )
         )
+        tag = str((result.get("e_tag") if isinstance(result, dict) else None) or "").strip('"')
+        if self._etags_are_md5 is not False:
+            expected = s3_etag(path, PART_SIZE)
+            if tag != expected:
+                # Damaged on the way (a store that checks the signed payload rejects that
+                # itself), or a store whose ETags are not MD5s (SSE-KMS): reading the object
+                # back tells which, once.
+                if digest is None or not self._reads_back_as(key, path, digest):
+                    raise TransientStoreError(
+                        f"{key}: the stored object differs from {path.name} "
+                        f"(ETag {tag or 'missing'}, expected {expected})"
+                    )
+                self._etags_are_md5 = False
+        return f"etag:{tag}" if tag else (self.fingerprint(key, "") or "")
+
+    def _reads_back_as(self, key: str, path: Path, digest: str) -> bool:
+        scratch = path.with_name(f".readback-{uuid.uuid4().hex}")
+        try:
+            algorithm = digest.partition(":")[0]
+            size = path.stat().st_size
+            return self.get_file(key, scratch, size, algorithm=algorithm) == digest
+        finally:
+            scratch.unlink(missing_ok=True)
+
+    def fingerprint(self, key: str, algorithm: str) -> str | None:
+        try:
+            meta = self._call(lambda: self._obstore.head(self._store, key))
+        except NotFound:
+            return None
+        tag = str(meta.get("e_tag") or "").strip('"')
+        return f"etag:{tag}" if tag else f"size:{meta['size']}"
 
     def get_bytes(self, key: str) -> bytes:
         return self._call(lambda: bytes(self._obstore.get(self._store, key).bytes()))
@@ -332,6 +455,19 @@ class ObStore:
             self._call(lambda: self._obstore.delete(self._store, key))
         except NotFound:
             pass
+
+
+def s3_etag(path: Path, part_size: int) -> str:
+    """The ETag S3 gives ``path`` uploaded as obstore uploads it: the MD5 of a single part, or
+    the MD5 of the parts' MD5s and their count for a multipart upload."""
+    parts = []
+    with open(path, "rb") as handle:
+        while chunk := handle.read(part_size):
+            parts.append(hashlib.md5(chunk, usedforsecurity=False).digest())
+    if len(parts) <= 1:
+        return (parts[0] if parts else hashlib.md5(b"", usedforsecurity=False).digest()).hex()
+    combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
+    return f"{combined}-{len(parts)}"
 
 
 def open_store(uri: str, **options: Any) -> Store:

@@ -132,23 +132,54 @@ def classify(
 
 
 def verdict_line(verdict: str, details: Mapping[str, Any]) -> str:
-    """``durapipe-verdict:<verdict> {json}``, within Kubernetes' termination-message limit.
+    """``durapipe-verdict:<verdict> {json}``: one line, under Kubernetes' termination-message
+    limit in bytes, for any details.
 
-    The stderr tail is the only unbounded detail; it is shortened from the front until the line
-    fits.
+    The JSON is ASCII (``\\uXXXX`` escapes), so characters and bytes agree and no newline or
+    other line break survives.  The stderr tail keeps the longest end that fits; should the
+    other details still be too long, their longest strings are shortened.
     """
-    payload = dict(details)
-    tail = str(payload.get("stderr_tail", ""))
-    while True:
-        if tail or "stderr_tail" in payload:
-            payload["stderr_tail"] = tail
-        line = f"{contract.verdict_marker(verdict)} " + json.dumps(
-            payload, sort_keys=True, separators=(",", ":")
-        )
-        if len(line.encode()) < contract.TERMINATION_MESSAGE_LIMIT or not tail:
-            return line
-        overshoot = len(line.encode()) - contract.TERMINATION_MESSAGE_LIMIT + 16
-        tail = tail[max(overshoot, len(tail) // 8) :]
+    payload: dict[str, Any] = dict(details)
+    head = f"{contract.verdict_marker(verdict)} "
+
+    def render() -> str:
+        return head + json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+
+    def fits() -> bool:
+        return len(render()) < contract.TERMINATION_MESSAGE_LIMIT
+
+    if fits():
+        return render()
+    if "stderr_tail" in payload:
+        tail = str(payload["stderr_tail"])
+        low, high = 0, len(tail)  # the longest suffix that fits, by bisection
+        while low < high:
+            middle = (low + high + 1) // 2
+            payload["stderr_tail"] = tail[len(tail) - middle :]
+            if fits():
+                low = middle
+            else:
+                high = middle - 1
+        payload["stderr_tail"] = tail[len(tail) - low :]
+        if fits():
+            return render()
+    for key in sorted(payload, key=lambda k: -len(json.dumps(payload[k], default=str))):
+        if key == "stderr_tail":
+            continue
+        payload[key] = _shortened(payload[key])
+        if fits():
+            return render()
+    return head + json.dumps({"reason": "details too long for the termination message"})
+
+
+def _shortened(value: Any, limit: int = 256) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + "..."
+    if isinstance(value, Mapping):
+        return {str(k): _shortened(v, limit // 2) for k, v in value.items()}
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return _shortened(str(value), limit)
 
 
 def parse_verdict_line(line: str) -> tuple[str, dict[str, Any]]:
@@ -207,6 +238,8 @@ class _StderrTee(threading.Thread):
         self._sink = sink
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_size = 0
+        #: Whether what went to the sink so far ends a line (a verdict must start one).
+        self.at_line_start = True
 
     def run(self) -> None:
         fd = self._source.fileno()
@@ -218,6 +251,7 @@ class _StderrTee(threading.Thread):
                 try:
                     self._sink.write(chunk)
                     self._sink.flush()
+                    self.at_line_start = chunk.endswith(b"\n")
                 except (OSError, ValueError):
                     self._sink = None
             self._tail.append(chunk)
@@ -493,14 +527,48 @@ class Attempt:
         return value if isinstance(value, dict) else None
 
     def _write_termination_log(self, line: str) -> None:
-        try:
-            with open(self.termination_log, "w", encoding="utf-8") as handle:
-                handle.write(line + "\n")
-        except OSError as error:
-            # The verdict must not be lost: stderr is Kubernetes' fallback for the message.
-            sys.stderr.write(f"durapipe: cannot write {self.termination_log}: {error}\n")
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        # The child's stderr went to ours: a last line without its newline must not swallow
+        # the verdict's start.
+        after_partial_line = (
+            self._tee is not None
+            and not self._tee.at_line_start
+            and self.stderr_sink is _default_stderr()
+        )
+        write_verdict(line, self.termination_log, new_line_first=after_partial_line)
+
+
+def write_verdict(line: str, termination_log: str, *, new_line_first: bool = False) -> None:
+    """Write the verdict line to the termination log and echo it to stderr."""
+    try:
+        with open(termination_log, "w", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    except OSError as error:
+        # The verdict must not be lost: stderr is Kubernetes' fallback for the message.
+        sys.stderr.write(f"\ndurapipe: cannot write {termination_log}: {error}\n")
+        new_line_first = False
+    sys.stderr.write(("\n" if new_line_first else "") + line + "\n")
+    sys.stderr.flush()
+
+
+def report_without_attempt(
+    reason: str,
+    *,
+    termination_log: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AttemptResult:
+    """The verdict of a wrapper that could not even run the attempt (bad arguments or
+    environment): an ``app_failure`` exiting 64, so the ending is never silent."""
+    env = os.environ if env is None else env
+    path = (
+        os.fspath(termination_log)
+        if termination_log is not None
+        else env.get(contract.ENV_TERMINATION_LOG) or contract.DEFAULT_TERMINATION_LOG
+    )
+    details: dict[str, Any] = {"returncode": None, "reason": reason}
+    write_verdict(verdict_line(contract.VERDICT_APP_FAILURE, details), path)
+    return AttemptResult(
+        contract.VERDICT_APP_FAILURE, contract.EXIT_USAGE, reason, contract.EXIT_USAGE, details
+    )
 
 
 def _default_stderr() -> IO[bytes] | None:
@@ -528,7 +596,15 @@ def run_attempt(
     only) SIGTERM and SIGINT received by this process become a stop request for the command;
     the previous handlers are restored afterwards.
     """
-    attempt = Attempt(command, **options)
+    try:
+        attempt = Attempt(command, **options)
+    except (OSError, ValueError) as error:
+        # Bad DURAPIPE_OUTPUTS, grace period, ...: reported like any other ending.
+        return report_without_attempt(
+            f"wrapper cannot run the attempt: {error}",
+            termination_log=options.get("termination_log"),
+            env=options.get("env"),
+        )
     previous: dict[signal.Signals, Any] = {}
     if handle_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -32,10 +32,14 @@ TOOLS = REPO_ROOT / "tools"
 ARGO_MODULE = "github.com/argoproj/argo-workflows/v4"
 CONTROLLER_PKG = f"{ARGO_MODULE}/workflow/controller"
 EXECUTOR_PKG = f"{ARGO_MODULE}/workflow/executor"
-#: Our test files (dir under tools/argo-sim) -> the Argo package dir they are overlaid into.
-OVERLAYS = {"harness": "workflow/controller", "conditions": "workflow/executor"}
-#: Argo v4.0.5 needs Go 1.25.7; our go.mod files say 1.26, so older toolchains cannot build.
-MIN_GO = (1, 26)
+#: Our Go files (dir under tools/argo-sim) -> the Argo package dir they are overlaid into.
+OVERLAYS = {
+    "harness": "workflow/controller",
+    "conditions": "workflow/executor",
+    "podqueue": "workflow/controller/pod",
+}
+#: Argo v4.1.2's go.mod says go 1.26.5, so older toolchains cannot build it.
+MIN_GO = (1, 26, 5)
 BUILD_TIMEOUT_S = 1500
 
 
@@ -68,13 +72,13 @@ def go_or_skip() -> str:
     """Path of a usable ``go``, or ``pytest.skip`` with the reason."""
     go = shutil.which("go")
     if go is None:
-        pytest.skip("Go is not installed; the Argo tools under tools/ need Go >= 1.26")
+        pytest.skip("Go is not installed; the Argo tools under tools/ need Go >= 1.26.5")
     out = subprocess.run(
         [go, "env", "GOVERSION"], capture_output=True, text=True, env=_go_env(), check=False
     ).stdout.strip()
-    m = re.match(r"go(\d+)\.(\d+)", out)
-    if m is None or (int(m[1]), int(m[2])) < MIN_GO:
-        pytest.skip(f"Go {out or '?'} is too old for the Argo tools (need >= 1.26)")
+    m = re.match(r"go(\d+)\.(\d+)(?:\.(\d+))?", out)
+    if m is None or (int(m[1]), int(m[2]), int(m[3] or 0)) < MIN_GO:
+        pytest.skip(f"Go {out or '?'} is too old for the Argo tools (need >= 1.26.5)")
     return go
 
 
@@ -83,14 +87,35 @@ def cache_root() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "durapipe" / "go-tools"
 
 
+def argo_source_or_skip(tool_dir: Path) -> Path:
+    """The Argo v4.1.2 module source that the tool's go.mod ``replace``s Argo with.
+
+    The Go module proxy serves no v4.1.x of Argo, so the source lives in ``../shared`` beside
+    the checkout (always there in CI); a user's clone without it skips with the reason.
+    """
+    for line in (tool_dir / "go.mod").read_text().splitlines():
+        m = re.match(rf"replace\s+{re.escape(ARGO_MODULE)}\s+=>\s+(\S+)\s*$", line.strip())
+        if m:
+            src = (tool_dir / m[1]).resolve()
+            if not (src / "go.mod").is_file():
+                pytest.skip(f"Argo's v4.1.2 source is not at {src} (../shared is absent); "
+                            f"the Argo tools build from it")
+            return src
+    raise ToolError(f"{tool_dir / 'go.mod'} does not replace {ARGO_MODULE}")
+
+
 def source_hash(tool_dir: Path, go: str) -> str:
-    """Hash of everything that decides the build: Go sources, module files and Go's version."""
+    """Hash of everything that decides the build: our Go sources and module files, the
+    replaced Argo source they build against, and Go's version."""
     h = hashlib.sha256()
     h.update(subprocess.run([go, "version"], capture_output=True, check=True).stdout)
-    for path in sorted(tool_dir.rglob("*")):
-        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
-            h.update(str(path.relative_to(tool_dir)).encode() + b"\0")
-            h.update(path.read_bytes() + b"\0")
+    argo_src = argo_source_or_skip(tool_dir)
+    for root in (tool_dir, argo_src):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")
+                                   or "testdata" in path.parts):
+                h.update(str(path.relative_to(root)).encode() + b"\0")
+                h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -142,39 +167,22 @@ def build_argo_sim() -> Path:
     """Compile Argo's workflow/controller and workflow/executor test binaries with our
     harness files added to them (``argo-sim`` and, beside it, ``argo-conditions``).
 
-    ``go test -overlay`` refuses to add files beneath GOMODCACHE, so a generated go.work
-    replaces the Argo module with a *symlink* to its (read-only, unmodified) module-cache
-    directory; the overlay then adds ``harness/zz_argosim_test.go`` to the package at build
-    time. No Argo file is copied or edited.
+    go.mod replaces Argo with its v4.1.2 source in ``../shared``; ``go test -overlay`` adds
+    ``harness/zz_argosim_test.go`` (and the pod-cleanup hooks of ``podqueue/``) to that source's
+    packages at build time, so no Argo file is copied or edited and nothing is written into the
+    (read-only) source tree.
     """
 
     def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
         env = _go_env()
         env["GOWORK"] = "off"
-        _run_go([go, "mod", "download", ARGO_MODULE], tool_dir, env)
-        argo_dir = subprocess.run(
-            [go, "list", "-m", "-f", "{{.Dir}}", ARGO_MODULE],
-            cwd=tool_dir, env=env, capture_output=True, text=True, check=True,
-        ).stdout.strip()
-        version = subprocess.run(
-            [go, "list", "-m", "-f", "{{.Version}}", ARGO_MODULE],
-            cwd=tool_dir, env=env, capture_output=True, text=True, check=True,
-        ).stdout.strip()
-        link = out_dir / "argo-src"
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(argo_dir, target_is_directory=True)
-        work = out_dir / "go.work"
-        work.write_text(
-            f"go 1.26\n\nuse {tool_dir}\n\nreplace {ARGO_MODULE} {version} => {link}\n"
-        )
+        argo_dir = argo_source_or_skip(tool_dir)
         overlay = out_dir / "overlay.json"
         overlay.write_text(json.dumps({"Replace": {
-            str(link / pkg_dir / f.name): str(f)
+            str(argo_dir / pkg_dir / f.name): str(f)
             for src, pkg_dir in OVERLAYS.items()
-            for f in sorted((tool_dir / src).glob("*_test.go"))
+            for f in sorted((tool_dir / src).glob("*.go"))
         }}))
-        env["GOWORK"] = str(work)
         # The executor's binary first: argo-sim appearing last marks the build complete.
         _run_go(
             [go, "test", "-c", "-vet=off", "-overlay", str(overlay),
@@ -210,8 +218,10 @@ def argo_check(paths: Iterable[str | os.PathLike[str]], namespace: str = "") -> 
     return results
 
 
-def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
-    """Run one scenario (see tests/argo/scenarios/) through Argo's controller; return its report."""
+def run_scenario(scenario: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
+    """Run one scenario (see tests/argo/scenarios/) through Argo's controller; return its report.
+
+    ``timeout`` bounds the run in wall-clock seconds (large workflows need more)."""
     binary = build_argo_sim()
     with tempfile.TemporaryDirectory(prefix="argosim-") as tmp:
         inp = Path(tmp) / "in.json"
@@ -221,7 +231,7 @@ def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
         env = dict(os.environ, ARGOSIM_IN=str(inp), ARGOSIM_OUT=str(out), INFORMER_WRITE_BACK="true")
         proc = subprocess.run(
             [str(binary), "-test.run", "^TestArgoSim$", "-test.count=1"],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False,
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False,
         )
         if not out.exists():
             raise ToolError(f"argo-sim wrote no report (exit {proc.returncode}):\n"

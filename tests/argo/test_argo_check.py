@@ -11,16 +11,13 @@ from .argo_tools import argo_check
 HERE = Path(__file__).parent
 MANIFESTS = HERE / "manifests"
 
-# The Go module proxy serves no Argo v4.1.x (v4.1.2 answers 403), so the validator is v4.0.5.
-# These v4.1.2 examples use fields added in 4.1 that v4.0.5's strict decoder rejects; listing
-# them (with the field) keeps the gap visible and fails the test as soon as it closes.
-NEEDS_ARGO_4_1 = {
-    "pod-resources.yaml": "spec.podResources",
-    "pod-resources-template-override.yaml": "spec.podResources",
-    "resource-claims.yaml": "spec.resourceClaims",
-    "resource-claims-template-override.yaml": "spec.resourceClaims",
-    "workflow-level-executor-plugin.yaml": "spec.executorPlugins",
-}
+#: Objects in ../shared/argo/v4.1.2/examples (files, multi-document files and templates/).
+ARGO_EXAMPLE_OBJECTS = 222
+#: Argo 4.1 examples that an older validator (v4.0.5) rejected: they must pass now.
+ARGO_4_1_ONLY = (
+    "pod-resources.yaml", "pod-resources-template-override.yaml", "resource-claims.yaml",
+    "resource-claims-template-override.yaml", "workflow-level-executor-plugin.yaml",
+)
 
 # file -> a fragment of the error Argo must give (so the right rule fired, not any error).
 INVALID = {
@@ -37,14 +34,10 @@ INVALID = {
 def test_argo_examples_pass_argo_validation(shared_dir: Path) -> None:
     examples = shared_dir / "argo" / "v4.1.2" / "examples"
     results = argo_check([examples])
-    # Every example file holds at least one object, and templates/ subdirs add more.
-    assert len(results) >= len(list(examples.glob("*.yaml")))
-    failures = {Path(r.file).name: r.error for r in results if not r.ok}
-    unexpected = {f: e for f, e in failures.items() if f not in NEEDS_ARGO_4_1}
-    assert unexpected == {}
-    for name, field in NEEDS_ARGO_4_1.items():
-        assert name in failures, f"{name} now passes: drop it from NEEDS_ARGO_4_1"
-        assert f'unknown field "{field}"' in failures[name]
+    assert len(results) == ARGO_EXAMPLE_OBJECTS
+    assert {Path(r.file).name: r.error for r in results if not r.ok} == {}
+    checked = {Path(r.file).name for r in results}
+    assert set(ARGO_4_1_ONLY) <= checked
 
 
 def test_examples_with_template_refs_resolve_them(shared_dir: Path) -> None:

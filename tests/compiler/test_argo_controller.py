@@ -2,14 +2,16 @@
 
 The harness belongs to issue 4 (tests/argo/); these tests feed it *compiled* pipelines rather
 than hand-written YAML, so the retry expression, the rung and fallback conditions and the join
-are proven on Argo's own code.  The harness builds Argo v4.0.5, which predates
-``pendingTimeout``: the field is removed before the run, and a pod lost while pending stands in
-for a pending timeout (both end the attempt without an exit code).  Skips without Go (mandatory
-in CI).
+are proven on Argo's own code.  The harness builds Argo v4.1.2 from ../shared and runs the
+compiled YAML exactly as written, ``pendingTimeout`` included: a pod that stays Pending past its
+wait is failed and deleted by the controller itself.  Skips without Go or ../shared (mandatory in
+CI).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,15 +33,18 @@ from tests.compiler.models import (
 pytestmark = pytest.mark.slow
 
 
-def run(p: Any, attempts: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def run(p: Any, attempts: dict[str, list[dict[str, Any]]],
+        edit: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """Compile ``p`` and run it in Argo's controller; ``edit`` may break the compiled YAML
+    (as JSON text) first, to show that a test notices."""
     from tests.argo.argo_tools import run_scenario
 
     result = compile_pipeline(p, CompileOptions())
     assert result.ok
     (doc,) = result.documents
     doc["metadata"] = {"name": "sim"}
-    for t in doc["spec"]["templates"]:
-        t.pop("pendingTimeout", None)
+    if edit is not None:
+        doc = json.loads(edit(json.dumps(doc)))
     report = run_scenario({"name": "compiled", "workflow": doc,
                            "runs": [{"attempts": attempts}], "expect": {}})
     assert not report.get("error"), report.get("error")
@@ -134,32 +139,88 @@ def test_an_application_failure_without_budget_is_not_retried() -> None:
     assert [p[0] for p in pods(report)] == ["train"] or len(pods(report)) == 1
 
 
-def test_gpu_type_lost_while_pending_falls_back_but_a_failure_does_not() -> None:
-    p = pipeline(stage(resources=Resources(gpu=fallback_gpu()), retry=Retry(preemptions=0)))
-    report = run(p, {"train-h100": [{"outcome": "deleted", "minutes": 30}],
-                     "train-a100-80gb": [{"outcome": "succeeded", "minutes": 5}]})
+H200_H100_A100 = Gpu(count=8, types=(GpuChoice(type="H200", count=8), GpuChoice(type="H100", count=8),
+                                     GpuChoice(type="A100", count=16)), fallback_after=1800)
+NEVER_SCHEDULED = {"outcome": "pending"}
+
+
+def started(report: dict[str, Any], name: str) -> float:
+    minute: float = node(report, name)["startedMinute"]
+    return minute
+
+
+def test_types_pending_past_their_wait_fall_back_to_the_next_with_its_own_count() -> None:
+    p = pipeline(stage(resources=Resources(gpu=H200_H100_A100), retry=Retry(preemptions=0)))
+    report = run(p, {"train-h200": [NEVER_SCHEDULED], "train-h100": [NEVER_SCHEDULED],
+                     "train-a100": [{"outcome": "succeeded", "minutes": 5}]})
     assert report["phase"] == "Succeeded"
-    assert node(report, "train-a100-80gb")["pod"]["nodeSelector"] == {
-        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    for waited in ("train-h200", "train-h100"):
+        assert node(report, waited)["phase"] == "Failed"
+        # The controller itself deleted the pod that never left Pending (pendingTimeout).
+        assert node(report, waited)["pod"]["deletedByController"] is True
+        assert node(report, waited)["pod"]["finalPhase"] == "Pending"
+    a100 = node(report, "train-a100")
+    assert a100["pod"]["limits"]["nvidia.com/gpu"] == "16"
+    assert a100["pod"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    # Each wait really passed: 30 minutes on H200, then 30 on H100, then A100 ran.
+    assert 30 <= started(report, "train-h100") < 31
+    assert 60 <= started(report, "train-a100") < 61
+    assert 65 <= report["simMinutes"] < 67
+
+
+def test_a_fallback_condition_on_the_wrong_node_phase_is_caught() -> None:
+    # The scenarios can fail: make the fallback wait for an Errored probe, while an expired
+    # pendingTimeout leaves it Failed, and the stage never reaches A100.
+    p = pipeline(stage(resources=Resources(gpu=H200_H100_A100), retry=Retry(preemptions=0)))
+    broken = "status in ['Failed', 'Error'] && (get(tasks['train-h200'], 'exitCode') ?? '') in ['', '-1']"
+    assert broken in json.dumps(compile_pipeline(p, CompileOptions()).documents[0])
+
+    def edit(text: str) -> str:
+        return text.replace(broken, broken.replace("in ['Failed', 'Error']", "== 'Error'"))
+
+    report = run(p, {"train-h200": [NEVER_SCHEDULED],
+                     "train-a100": [{"outcome": "succeeded", "minutes": 5}]}, edit)
+    assert report["phase"] == "Failed"
+    assert [a["key"] for a in report["attempts"]] == ["train-h200"]
+
+
+def test_a_type_scheduled_inside_its_wait_does_not_fall_back() -> None:
+    p = pipeline(stage(resources=Resources(gpu=H200_H100_A100), retry=Retry(preemptions=0)))
+    report = run(p, {"train-h200": [{"outcome": "pending", "minutes": 20,
+                                     "then": {"outcome": "succeeded", "minutes": 5}}]})
+    assert report["phase"] == "Succeeded"
+    assert node(report, "train-h200")["phase"] == "Succeeded"
+    assert node(report, "train-h200")["pod"]["deleted"] is False
+    assert [a["key"] for a in report["attempts"]] == ["train-h200"]
+    assert node(report, "train-h100")["phase"] in ("Skipped", "Omitted")
+    assert node(report, "train-a100")["phase"] in ("Skipped", "Omitted")
+
+
+def test_a_failure_after_the_type_ran_does_not_fall_back() -> None:
+    p = pipeline(stage(resources=Resources(gpu=fallback_gpu()), retry=Retry(preemptions=0)))
     report = run(p, {"train-h100": [{"outcome": "failed", "exitCode": 2, "minutes": 30}]})
     assert report["phase"] == "Failed"
     assert node(report, "train-a100-80gb")["phase"] == "Skipped"
 
 
-def test_ladder_and_fallback_grid_succeeds_after_a_failed_branch() -> None:
+def test_ladder_and_fallback_grid_moves_type_on_a_wait_and_rung_on_an_oom() -> None:
     gpu = Gpu(count=8, types=(GpuChoice(type="H100", count=8), GpuChoice(type="A100", count=8)),
               fallback_after=1800)
     p = pipeline(stage(resources=Resources(gpu=gpu),
                        retry=Retry(preemptions=1, on_oom=OnOom(memory=(GI, 2 * GI)))))
     report = run(p, {
         "train-h100-mem-1gi": [{"outcome": "oomkilled", "minutes": 5}],
-        "train-h100-mem-2gi": [{"outcome": "deleted", "minutes": 5},
-                               {"outcome": "deleted", "minutes": 5}],
+        # The 2Gi rung on H100 never schedules: the grid moves to A100 at the same rung.
+        "train-h100-mem-2gi": [NEVER_SCHEDULED],
         "train-a100-mem-2gi": [{"outcome": "succeeded", "minutes": 5}],
     })
-    # The H100 rung-2 branch ended in Error; the join keeps it from failing the stage.
+    # The H100 rung-2 branch ended Failed; the join keeps it from failing the stage.
     assert report["phase"] == "Succeeded"
+    assert node(report, "train-h100-mem-2gi")["pod"]["deletedByController"] is True
     assert node(report, "train-a100-mem-2gi(0)")["pod"]["memoryLimit"] == "2Gi"
+    assert node(report, "train-a100-mem-1gi")["phase"] in ("Skipped", "Omitted")
+    # OOM after 5 minutes, then a 30-minute wait for H100 at 2Gi, then A100.
+    assert 35 <= started(report, "train-a100-mem-2gi") < 36
 
 
 def test_a_waiting_type_preempted_after_it_ran_retries_on_the_same_type() -> None:

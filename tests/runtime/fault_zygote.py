@@ -1,10 +1,17 @@
-"""A pre-imported process that forks checkpoint-saving workers on demand (fault tests).
+"""A pre-imported process that forks checkpoint-saving trainers and upload agents on demand.
 
 Forking from an already-initialised, single-threaded Python keeps each of the many kill rounds
-to milliseconds.  Protocol on stdin/stdout, one line each:
+to milliseconds.  No store is opened here before a fork (obstore's runtime does not survive
+one); each child opens its own.  Protocol on stdin/stdout, one line each:
 
-    go <seed>   -> fork a worker; prints "<pid>" once the worker has restored and is saving
-    reap <pid>  -> waits for that (killed) worker; prints its wait status
+    train <uri> <workdir> <spool> <uploader> <seed>
+                  -> fork a trainer; prints "<pid>" once it has restored and starts saving
+    agent <uri> <spool>
+                  -> fork an upload agent; prints "<pid>" once it is running
+    reap <pid>    -> waits for that (killed) child; prints its wait status
+
+A trainer appends ``handed <step>`` to ``<workdir>/acks`` once ``save()`` returned (the state is
+staged, or with the sidecar handed over) and ``committed <step>`` once ``wait()`` returned.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ import random
 import sys
 from pathlib import Path
 
+from durapipe.runtime.agent import UploadAgent
 from durapipe.runtime.checkpoint import Checkpoint
+from durapipe.runtime.store import open_store
 
 FROZEN = b"frozen-embedding" * 4096
 
@@ -28,33 +37,47 @@ def write_state(root: Path, step: int, rng: random.Random) -> None:
     (root / "step.json").write_text(json.dumps({"step": step}))
 
 
-def worker(uri: str, local: Path, seed: int, ready_fd: int) -> None:
+def trainer(uri: str, workdir: Path, spool: Path, uploader: str, seed: int, ready: int) -> None:
     rng = random.Random(seed)
-    checkpoint = Checkpoint(uri, path=local, spool_dir=local / "spool", keep=2)
+    checkpoint = Checkpoint(uri, path=workdir, spool_dir=spool, keep=2, uploader=uploader)
     restored = checkpoint.load_sync()
     step = json.loads((restored / "step.json").read_text())["step"] if restored else 0
-    os.write(ready_fd, b"x")
-    os.close(ready_fd)
-    state = local / "state"
+    acks = open(workdir / "acks", "a", buffering=1)  # noqa: SIM115 (lives until the kill)
+    os.write(ready, b"x")
+    os.close(ready)
+    state = workdir / "state"
     while True:
         step += 1
         write_state(state, step, rng)
         handle = checkpoint.save(state, metadata={"step": step})
+        acks.write(f"handed {step}\n")
         if rng.random() < 0.5:
-            handle.wait()
+            handle.wait(timeout=120)
+            acks.write(f"committed {step}\n")
+
+
+def agent(uri: str, spool: Path, ready: int) -> None:
+    uploader = UploadAgent(spool, open_store(uri), keep=2)
+    os.write(ready, b"x")
+    os.close(ready)
+    uploader.run(poll_seconds=0.01)
 
 
 def main() -> None:
-    uri, local = sys.argv[1], Path(sys.argv[2])
     for line in sys.stdin:
-        command, argument = line.split()
-        if command == "go":
+        command, *arguments = line.split()
+        if command in ("train", "agent"):
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
                 try:
-                    worker(uri, local / f"worker-{argument}", int(argument), write_fd)
+                    if command == "train":
+                        uri, workdir, spool, uploader, seed = arguments
+                        Path(workdir).mkdir(parents=True, exist_ok=True)
+                        trainer(uri, Path(workdir), Path(spool), uploader, int(seed), write_fd)
+                    else:
+                        agent(arguments[0], Path(arguments[1]), write_fd)
                 finally:
                     os._exit(1)
             os.close(write_fd)
@@ -62,7 +85,7 @@ def main() -> None:
             os.close(read_fd)
             print(pid, flush=True)
         elif command == "reap":
-            _, status = os.waitpid(int(argument), 0)
+            _, status = os.waitpid(int(arguments[0]), 0)
             print(status, flush=True)
 
 

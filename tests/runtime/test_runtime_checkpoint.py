@@ -151,9 +151,11 @@ def test_background_save_returns_before_the_upload_and_flush_waits(
     gate = threading.Event()
 
     class SlowStore(LocalStore):
-        def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+        def put_file(
+            self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+        ) -> str:
             gate.wait(30)
-            super().put_file(key, path, consume=consume)
+            return super().put_file(key, path, consume=consume, digest=digest)
 
     checkpoint = Checkpoint("mem://", path=tmp_path / "w", store=SlowStore(tmp_path / "store"))
     handle = checkpoint.save(b"state")
@@ -169,10 +171,12 @@ def test_a_newer_pending_save_supersedes_a_queued_one(tmp_path: Path) -> None:
     uploading, gate = threading.Event(), threading.Event()
 
     class SlowStore(LocalStore):
-        def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+        def put_file(
+            self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+        ) -> str:
             uploading.set()
             gate.wait(30)
-            super().put_file(key, path, consume=consume)
+            return super().put_file(key, path, consume=consume, digest=digest)
 
     checkpoint = Checkpoint("x://", path=tmp_path / "w", store=SlowStore(tmp_path / "store"))
     handles = [checkpoint.save(b"state 0")]
@@ -408,10 +412,12 @@ def test_a_failed_upload_is_reported_to_the_waiter_and_later_saves_still_work(
     failures = [RuntimeError("disk on fire")]
 
     class BrokenOnce(LocalStore):
-        def put_file(self, key: str, path: Path, *, consume: bool = False) -> None:
+        def put_file(
+            self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+        ) -> str:
             if failures:
                 raise failures.pop()
-            super().put_file(key, path, consume=consume)
+            return super().put_file(key, path, consume=consume, digest=digest)
 
     checkpoint = Checkpoint("x://", path=tmp_path / "w", store=BrokenOnce(tmp_path / "store"))
     with pytest.raises(CheckpointError, match="disk on fire"):
@@ -438,9 +444,11 @@ def test_saves_handed_over_are_uploaded_before_the_interpreter_exits(tmp_path: P
 def test_s3_transient_server_errors_are_retried(
     s3_uri: str, s3_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.runtime.conftest import FlakyProxy
+    from tests.runtime.faults import FaultProxy
 
-    proxy = FlakyProxy(s3_env["AWS_ENDPOINT_URL"])
+    # The first attempt of every distinct request (method and URL) is answered 503 SlowDown:
+    # every single operation meets a transient server error on the real protocol.
+    proxy = FaultProxy(s3_env["AWS_ENDPOINT_URL"], first_attempt="503")
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     monkeypatch.setattr(time, "sleep", lambda _seconds: None)  # our backoff
     try:

@@ -135,7 +135,7 @@ func main() {
 
 	failed := false
 	enc := json.NewEncoder(os.Stdout)
-	lint := validate.ValidateOpts{Lint: true}
+	lint := validate.Opts{Lint: true}
 	for _, p := range objs {
 		kind := ""
 		name := ""
@@ -150,13 +150,13 @@ func main() {
 		if err == nil {
 			switch v := p.obj.(type) {
 			case *wfv1.Workflow:
-				err = validate.ValidateWorkflow(ctx, getter(v), cluster, v, nil, lint)
+				err = validate.Workflow(ctx, getter(v), cluster, v, nil, lint)
 			case *wfv1.WorkflowTemplate:
-				err = validate.ValidateWorkflowTemplate(ctx, getter(v), cluster, v, nil, lint)
+				err = validate.WorkflowTemplate(ctx, getter(v), cluster, v, nil, lint)
 			case *wfv1.ClusterWorkflowTemplate:
-				err = validate.ValidateClusterWorkflowTemplate(ctx, nil, cluster, v, nil, lint)
+				err = validate.ClusterWorkflowTemplate(ctx, nil, cluster, v, nil, lint)
 			case *wfv1.CronWorkflow:
-				err = validate.ValidateCronWorkflow(ctx, getter(v), cluster, v, nil)
+				err = validate.CronWorkflow(ctx, getter(v), cluster, v, nil)
 			default:
 				continue // other Argo kinds (WorkflowEventBinding, ...) are not linted by argo either
 			}

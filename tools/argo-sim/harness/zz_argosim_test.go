@@ -24,14 +24,17 @@ import (
 	apiv1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
 	"github.com/argoproj/argo-workflows/v4/pkg/apis/workflow"
 	wfv1 "github.com/argoproj/argo-workflows/v4/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v4/util/logging"
 	"github.com/argoproj/argo-workflows/v4/workflow/common"
+	controllercache "github.com/argoproj/argo-workflows/v4/workflow/controller/cache"
 )
 
 // simOutcome is what the simulated kubelet does with one pod (one attempt).
@@ -83,6 +86,10 @@ type podReport struct {
 	ActiveDeadlineSeconds *int64             `json:"activeDeadlineSeconds,omitempty"`
 	FinalPhase            string             `json:"finalPhase"`
 	Deleted               bool               `json:"deleted"`
+	// The controller deleted the pod before it finished (an expired pendingTimeout).
+	DeletedByController bool `json:"deletedByController,omitempty"`
+	// The controller signalled main to stop (a deadline) before its outcome was due.
+	Signalled bool `json:"signalled,omitempty"`
 }
 
 type nodeReport struct {
@@ -102,6 +109,19 @@ type nodeReport struct {
 	Outcome     string                  `json:"outcome,omitempty"`
 	PodsCreated int                     `json:"podsCreated,omitempty"`
 	Pod         *podReport              `json:"pod,omitempty"`
+	// Simulated minutes from the workflow's start to the node's start and finish, so that a
+	// scenario can assert the waits (pendingTimeout, backoff) that really passed.
+	StartedMinute  *float64 `json:"startedMinute,omitempty"`
+	FinishedMinute *float64 `json:"finishedMinute,omitempty"`
+}
+
+// minutesSince is t - origin in minutes, or nil for an unset time.
+func minutesSince(origin, t metav1.Time) *float64 {
+	if t.IsZero() || origin.IsZero() {
+		return nil
+	}
+	m := t.Sub(origin.Time).Minutes()
+	return &m
 }
 
 type runReport struct {
@@ -152,7 +172,11 @@ type simPod struct {
 	stage    int // 0 created, 1 running/pending, 2 terminal
 	waitLeft time.Duration
 	deleted  bool
-	order    int
+	// Deleted by the controller before it finished (an expired pendingTimeout).
+	deletedByController bool
+	// Stopped by a signal from the controller (a deadline) before its outcome was due.
+	signalled bool
+	order     int
 }
 
 type simulator struct {
@@ -193,6 +217,13 @@ func (s *simulator) advance(d time.Duration) {
 	pods := s.listPods()
 	for i := range pods {
 		p := &pods[i]
+		// A finished pod whose node is settled is never read again for its times; rewriting
+		// every pod every step would make a large workflow quadratic.
+		if sp := s.pods[p.Name]; sp != nil && sp.stage == 2 {
+			if n, err := s.wf.Status.Nodes.Get(sp.nodeID); err == nil && n.Fulfilled() {
+				continue
+			}
+		}
 		back(&p.CreationTimestamp)
 		back(p.Status.StartTime)
 		for j := range p.Status.Conditions {
@@ -238,6 +269,60 @@ func (s *simulator) operate() {
 	woc := newWorkflowOperationCtx(s.ctx, s.wf, s.c)
 	woc.operate(s.ctx)
 	s.wf = woc.wf
+	// What a cleanup worker of the real controller does next: delete the Pending pod of an
+	// expired pendingTimeout, label completed pods, pod GC, stop pods past a deadline.
+	processed, signals := s.c.PodController.ArgosimDrainCleanup(s.ctx)
+	if processed > 0 {
+		s.awaitPodInformer()
+	}
+	for _, sig := range signals {
+		s.signal(sig.Pod, sig.Kill)
+	}
+}
+
+// signal plays the kubelet when the controller signals a pod's containers: a running main
+// ends at once with the signal's exit code (143 for SIGTERM, 137 for SIGKILL).
+func (s *simulator) signal(podName string, kill bool) {
+	sp := s.pods[podName]
+	if sp == nil || sp.stage != 1 {
+		return
+	}
+	p, err := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace).Get(s.ctx, podName, metav1.GetOptions{})
+	if err != nil || p.Status.Phase != apiv1.PodRunning {
+		return
+	}
+	code := int32(143)
+	if kill {
+		code = 137
+	}
+	sp.signalled = true
+	s.finish(sp, p, simOutcome{Outcome: "failed", ExitCode: &code, Message: sp.outcome.Message})
+}
+
+// awaitPodInformer waits until the pod informer (which Argo's test controller runs for real)
+// has seen every deletion of this run's pods, so the next operate() reads what the API holds.
+func (s *simulator) awaitPodInformer() {
+	live := map[string]bool{}
+	for _, p := range s.listPods() {
+		live[p.Name] = true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stale := false
+		for _, obj := range s.c.PodController.TestingPodInformer().GetStore().List() {
+			if p, ok := obj.(*apiv1.Pod); ok && p.Labels[common.LabelKeyWorkflow] == s.wf.Name && !live[p.Name] {
+				stale = true
+				break
+			}
+		}
+		if !stale {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.fatalf("pod informer did not see the controller's pod deletions within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func mainContainerStatus(p *apiv1.Pod, state apiv1.ContainerState) {
@@ -352,6 +437,16 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	changed := false
 	var wait time.Duration
+	listed := map[string]bool{}
+	for i := range pods {
+		listed[pods[i].Name] = true
+	}
+	for name, sp := range s.pods {
+		// Gone without the kubelet's doing: the controller deleted it (pendingTimeout, pod GC).
+		if !listed[name] && !sp.deleted {
+			sp.deleted, sp.deletedByController, sp.stage = true, sp.stage < 2, 2
+		}
+	}
 	for i := range pods {
 		p := &pods[i]
 		sp, seen := s.pods[p.Name]
@@ -460,7 +555,8 @@ func (s *simulator) report() runReport {
 		_, attempt := nodeKey(n.DisplayName)
 		nr := nodeReport{ID: id, Name: n.Name, DisplayName: n.DisplayName, Key: s.keyOf(&n), Attempt: attempt,
 			Type: string(n.Type), Template: n.TemplateName, Phase: string(n.Phase), Message: n.Message,
-			Memoization: n.MemoizationStatus, Children: n.Children}
+			Memoization: n.MemoizationStatus, Children: n.Children,
+			StartedMinute: minutesSince(s.wf.Status.StartedAt, n.StartedAt), FinishedMinute: minutesSince(s.wf.Status.StartedAt, n.FinishedAt)}
 		if n.Outputs != nil {
 			if n.Outputs.ExitCode != nil {
 				nr.ExitCode = *n.Outputs.ExitCode
@@ -477,7 +573,7 @@ func (s *simulator) report() runReport {
 		if sp := byNode[id]; sp != nil {
 			nr.Outcome = sp.outcome.Outcome
 			nr.PodsCreated = s.podsPerNode[id]
-			pr := &podReport{Name: sp.name, Deleted: sp.deleted}
+			pr := &podReport{Name: sp.name, Deleted: sp.deleted, DeletedByController: sp.deletedByController, Signalled: sp.signalled}
 			pod, err := podcs.Get(s.ctx, sp.name, metav1.GetOptions{})
 			if err == nil {
 				describePod(pod, pr)
@@ -588,7 +684,18 @@ func TestArgoSim(t *testing.T) {
 	if base.Namespace == "" {
 		base.Namespace = "default"
 	}
-	opts := []any{defaultServiceAccount}
+	opts := []any{defaultServiceAccount, func(wfc *WorkflowController) {
+		// Argo's test recorder buffers 64 events and then blocks the controller; a large
+		// workflow emits far more. A FakeRecorder without a channel drops them.
+		wfc.eventRecorderManager = &testEventRecorderManager{eventRecorder: &record.FakeRecorder{}}
+		// Argo's constructor uses client-go's field-managed fake, which builds a REST mapper
+		// and managed fields on every write: 0.3 s a step at 30 stages, so large workflows
+		// never finish. Managed fields mean nothing to the controller; the plain object
+		// tracker holds the same objects. Everything that keeps a client gets this one.
+		kube := fake.NewSimpleClientset(defaultServiceAccount)
+		wfc.kubeclientset = kube
+		wfc.cacheFactory = controllercache.NewCacheFactory(kube, "default")
+	}}
 	for _, raw := range sc.WorkflowTemplates {
 		var tmpl wfv1.WorkflowTemplate
 		if err := yaml.UnmarshalStrict(raw, &tmpl); err != nil {
@@ -600,9 +707,14 @@ func TestArgoSim(t *testing.T) {
 		}
 		opts = append(opts, runtime.Object(&tmpl))
 	}
+	// client-go's fake watch holds 100 events and panics when one more arrives before its
+	// informer has read them; a step of a 2,000-pod workflow writes thousands. A real watch
+	// has no such limit, so give the fake one room.
+	watch.DefaultChanSize = 1 << 17
 	ctx := logging.TestContext(context.Background())
 	cancel, c := newController(ctx, opts...)
 	defer cancel()
+	c.PodController.ArgosimImmediateCleanupQueue()
 	// The API server defaults a new pod's phase to Pending. The fake clientset does not, and
 	// the informer may deliver the creation event after the simulated kubelet's first update;
 	// the controller then saw phase "" and failed the node ("Unexpected pod phase").
@@ -665,10 +777,12 @@ func (s *simulator) runWithSnapshots(maxSteps int) {
 		changed, wait := s.kubelet()
 		s.snapshotPods()
 		if !changed {
-			// Jump to the next pod event; with none due, let time pass in ticks so that the
-			// controller sees its own deadlines (timeouts, backoff, pod-missing grace) expire.
+			// Let time pass in ticks, never more than one at a time, up to the next pod event:
+			// the controller's own deadlines (workflow and template deadlines, pendingTimeout,
+			// backoff, the pod-missing grace) are invisible here, and a jump straight to the next
+			// pod event would skip over every one of them that falls in between.
 			d := tick
-			if wait > 0 {
+			if wait > 0 && wait < d {
 				d = wait
 			}
 			s.spend(d)

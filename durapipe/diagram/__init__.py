@@ -1,0 +1,1 @@
+"""Pictures and summaries of a pipeline: ``durapipe graph`` and the editor's hover text."""

@@ -1,0 +1,75 @@
+"""Large compiled pipelines run to completion in Argo's controller (tools/argo-sim).
+
+Split into WorkflowTemplates called through templateRef, as the compiler emits them, with the
+executor's part (each pod's output hashes) played by the harness. Argo's operator walks the
+whole DAG on every reconciliation, so a chain of N stages costs about N^2: these are the sizes
+that fit a CI run (docs/argo-harness.md, "Sizes"). Skips without Go or ../shared (mandatory in
+CI).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durapipe.compiler import CompileOptions, compile_pipeline
+from tests.compiler.models import Pipeline, Stage
+from tests.compiler.test_argo_controller import strip_artifacts
+from tests.compiler.test_split import chain
+
+pytestmark = pytest.mark.slow
+
+
+def fan_out(n: int) -> Pipeline:
+    stages = [Stage(name=f"s{i}", image="img:1", command=("python", "step.py"),
+                    outputs={"out": "/out"}) for i in range(n)]
+    return Pipeline(name="wide", stages=tuple(stages))
+
+
+def run_split(p: Pipeline, max_steps: int) -> dict[str, Any]:
+    from tests.argo.argo_tools import run_scenario
+
+    result = compile_pipeline(p, CompileOptions())
+    assert result.ok
+    *parts, workflow = result.documents
+    assert parts, "the pipeline should be split into WorkflowTemplates"
+    for doc in result.documents:
+        strip_artifacts(doc)
+    workflow["metadata"] = {"name": p.name}
+    # What each pod's wait container would publish: the content hash of its output.
+    outcomes = {s.name: [{"outcome": "succeeded", "outputs": {"out-hash": f"sha-{s.name}"}}]
+                for s in p.stages}
+    report = run_scenario({"name": p.name, "workflow": workflow, "workflowTemplates": parts,
+                           "runs": [{"attempts": outcomes}], "maxSteps": max_steps,
+                           "expect": {}}, timeout=900)
+    assert not report.get("error"), report.get("error")
+    run: dict[str, Any] = report["runs"][0]
+    return run
+
+
+def pod_nodes(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in run["nodes"] if n["type"] == "Pod"]
+
+
+def test_a_250_stage_chain_split_into_templates_runs_to_completion() -> None:
+    run = run_split(chain(250), max_steps=2000)
+    assert run["phase"] == "Succeeded"
+    pods = pod_nodes(run)
+    assert len(pods) == 250 and {n["phase"] for n in pods} == {"Succeeded"}
+    # Every stage passed its hash on: the last one ran after all 249 before it.
+    assert {n["outputs"]["out-hash"] for n in pods} == {f"sha-s{i}" for i in range(250)}
+
+
+def test_a_250_stage_fan_out_split_into_templates_runs_to_completion() -> None:
+    run = run_split(fan_out(250), max_steps=400)
+    assert run["phase"] == "Succeeded"
+    pods = pod_nodes(run)
+    assert len(pods) == 250 and {n["phase"] for n in pods} == {"Succeeded"}
+
+
+def test_a_2000_stage_fan_out_split_into_templates_runs_to_completion() -> None:
+    run = run_split(fan_out(2000), max_steps=400)
+    assert run["phase"] == "Succeeded"
+    pods = pod_nodes(run)
+    assert len(pods) == 2000 and {n["phase"] for n in pods} == {"Succeeded"}

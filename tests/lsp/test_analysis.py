@@ -1,0 +1,91 @@
+"""The analysis behind `durapipe lsp`, in-process: quick fixes fix, and no prefix breaks it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from durapipe.dsl import loads
+from durapipe.lsp import analysis as an
+from durapipe.lsp import complete as cp
+from durapipe.lsp import fixes as fx
+from durapipe.lsp import vocabulary as vocab
+from durapipe.lsp.fixes import Fix
+from tests.pipe_files import CASES, EXAMPLES
+
+
+def _apply(text: str, fix: Fix) -> str:
+    for edit in sorted(fix.edits, key=lambda e: e.start, reverse=True):
+        text = text[:edit.start] + edit.text + text[edit.end:]
+    return text
+
+
+def test_every_fix_removes_its_diagnostic() -> None:
+    """Across the case files: applying a quick fix makes its diagnostic go away."""
+    applied = set()
+    for path in CASES:
+        text = path.read_text(encoding="utf-8")
+        for diag in loads(text, str(path)).diagnostics:
+            for fix in fx.fixes(diag, text):
+                after = loads(_apply(text, fix), str(path)).diagnostics
+                assert diag.code not in {d.code for d in after
+                                         if d.span and abs(d.span.start - diag.span.start) < 3}, (
+                    path.name, diag.message, fix)
+                applied.add(diag.code)
+    assert {"P0101", "P0102", "P0104", "P0105", "P0201", "P0103"} <= applied
+
+
+def test_the_vocabulary_is_the_lowering_tables() -> None:
+    from durapipe.dsl import lower as lw
+
+    assert set(vocab.blocks()["stage"].children) == set(lw.STAGE_SCHEMA)
+    assert set(vocab.blocks()["defaults"].children) == set(lw.STAGE_SCHEMA) - set(
+        lw.NOT_IN_DEFAULTS)
+    assert set(vocab.blocks()["pipeline"].children) == set(lw.PIPELINE_SCHEMA)
+    assert vocab.top_level_keywords() == ("pipeline", "stage", "defaults", "params")
+    retry = vocab.lookup(("stage", "retry", "gpu_oom"))
+    assert retry is not None and retry.choices == ("fail", "retry")
+    memory = vocab.lookup(("stage", "resources", "memory"))
+    assert memory is not None and memory.unit == "bytes" and memory.doc
+
+
+def test_canonical_values_of_unit_literals() -> None:
+    assert an.canonical("1.5Ti", "bytes") == "`1.5Ti` = 1,649,267,441,664 bytes (1536Gi)"
+    assert an.canonical("1h30m", "seconds") == "`1h30m` = 5,400 seconds (1h30m)"
+    assert "unknown memory unit" in (an.canonical("12Qi", "bytes") or "")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_prefix_of_an_example_is_answered(path: Path) -> None:
+    """The text an editor holds while the file is typed: analysis, completion, hover,
+    definition, outline and fixes all answer (no exception) at the end of each prefix."""
+    text = path.read_text(encoding="utf-8")
+    previous = None
+    for end in range(0, len(text) + 1, 7):
+        prefix = text[:end]
+        result = an.analyse(prefix, "typed.pipe", previous)
+        previous = result
+        cp.complete(prefix, end, result)
+        an.hover(result, end)
+        result.occurrence_at(end)
+        an.symbols(result)
+        for diag in result.diagnostics:
+            fx.fixes(diag, prefix)
+
+
+def test_positions_count_utf16_code_units() -> None:
+    from lsprotocol import types as t
+
+    from durapipe.lsp.server import Positions
+
+    text = 'a = "é😀x"\nb\n'
+    positions = Positions(text)
+    x = text.index("x")
+    assert positions.position(x) == t.Position(line=0, character=8)  # 😀 is two units
+    assert positions.offset(t.Position(line=0, character=8)) == x
+    assert positions.offset(t.Position(line=1, character=0)) == text.index("b")
+    assert positions.offset(t.Position(line=1, character=99)) == text.index("b") + 1
+    assert positions.offset(t.Position(line=9, character=0)) == len(text)
+    utf32 = Positions(text, t.PositionEncodingKind.Utf32)
+    assert utf32.position(x) == t.Position(line=0, character=7)
