@@ -152,6 +152,10 @@ pods sensibly."""),
     Code("P0319", "unused or conflicting stage setting", """
 The stage sets something that has no effect in its configuration, e.g. `retry { max_backoff = 10m }`
 or `backoff_factor` without a `backoff` (there is no delay to grow or cap)."""),
+    Code("P0320", "unknown time zone", """
+`timezone` must name a zone of the IANA time zone database (`Europe/Berlin`, `America/New_York`,
+`UTC`), as Argo's CronWorkflow controller loads it with Go's `time.LoadLocation`; a misspelt
+zone would be accepted by `check` and refused by the cluster."""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example

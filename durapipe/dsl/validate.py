@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from durapipe.dsl import catalog, typecheck
+from durapipe.dsl import catalog, schedule, typecheck
 from durapipe.dsl.diagnostics import (
     Diagnostic,
     Label,
@@ -28,8 +28,6 @@ from durapipe.dsl.source import KEY, SourceMap, Span, lookup
 
 STAGE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,48}[a-z0-9])?$")
 IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CRON_FIELD_RE = re.compile(r"^[\d*/,\-?LW#A-Za-z]+$")
-_CRON_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 
 
 def _describe_loc(loc: tuple[Any, ...]) -> str:
@@ -495,14 +493,21 @@ class _Checker:
                        help="remove one of the references or `needs` entries"))
 
     def pipeline_settings(self) -> None:
-        for j, schedule in enumerate(self.p.schedules):
-            fields = schedule.split()
-            ok = (schedule.strip() in _CRON_MACROS
-                  or (len(fields) == 5 and all(_CRON_FIELD_RE.match(f) for f in fields)))
-            if not ok:
+        for j, schedule_text in enumerate(self.p.schedules):
+            problem = schedule.cron_problem(schedule_text)
+            if problem:
                 span = lookup(self.sm, ("schedules", j)) or self.at("schedules")
-                self.add(error("P0316", f'invalid cron schedule "{schedule}"', span,
-                               "expected 5 fields", help='e.g. "0 3 * * *" (03:00 daily)'))
+                label = "expected 5 fields" if problem.startswith("expected 5") else problem
+                self.add(error("P0316", f'invalid cron schedule "{schedule_text}"', span,
+                               label, help='e.g. "0 3 * * *" (03:00 daily)'))
+        if self.p.timezone is not None:
+            problem = schedule.timezone_problem(self.p.timezone)
+            if problem:
+                near = schedule.suggest_timezone(self.p.timezone)
+                self.add(error("P0320", f'unknown time zone "{self.p.timezone}"',
+                               self.at("timezone"), problem,
+                               help=f'did you mean "{near}"?' if near else
+                               'use an IANA name such as "Europe/Berlin" or "UTC"'))
         if self.p.kind == "cron" and not self.p.schedules:
             self.add(error("P0316", "`kind = \"cron\"` needs a `schedule`", self.at("kind"),
                            "no schedule", help='add `schedule = "0 3 * * *"`'))

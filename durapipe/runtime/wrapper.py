@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,7 +350,7 @@ class Attempt:
             contract.CONTROL_FAILURE_FILE,
         ):
             (self.control_dir / name).unlink(missing_ok=True)
-        child_env = dict(self.env)
+        child_env = with_runtime_importable(dict(self.env))
         child_env[contract.ENV_CONTROL_DIR] = str(self.control_dir)
         child_env.setdefault(contract.ENV_GRACE_SECONDS, str(self.grace_seconds))
         self._oom_before = self.memory_cgroup.oom_kills() if self.memory_cgroup else None
@@ -535,6 +536,27 @@ class Attempt:
             and self.stderr_sink is _default_stderr()
         )
         write_verdict(line, self.termination_log, new_line_first=after_partial_line)
+
+
+def runtime_archive() -> str | None:
+    """The zipapp this runtime runs from, or None when it is an ordinary installation."""
+    # This module is durapipe/runtime/wrapper.py, wherever durapipe was loaded from.
+    archive = Path(__file__).parents[2]
+    # Inside a zipapp the package's "directory" is a path into the archive, a regular file.
+    return str(archive) if archive.is_file() and zipfile.is_zipfile(archive) else None
+
+
+def with_runtime_importable(env: dict[str, str]) -> dict[str, str]:
+    """The child's environment, with the zipapp on its PYTHONPATH when the runtime runs from
+    one, so that user code can ``from durapipe.runtime import ...`` in a pod whose image has
+    nothing of durapipe installed. The user's own PYTHONPATH entries come first."""
+    archive = runtime_archive()
+    if archive is None:
+        return env
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if archive not in entries:
+        env["PYTHONPATH"] = os.pathsep.join([*entries, archive])
+    return env
 
 
 def write_verdict(line: str, termination_log: str, *, new_line_first: bool = False) -> None:

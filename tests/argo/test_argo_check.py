@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,38 @@ def test_namespaced_template_resolves_for_objects_in_that_namespace(tmp_path: Pa
     workflow = MANIFESTS / "valid" / "uses-template-ref.yaml"
     assert not argo_check([tmp_path / "t.yaml", workflow])[1].ok
     assert argo_check([tmp_path / "t.yaml", workflow], namespace="ml")[1].ok
+
+
+#: Schedules and time zones on both sides of Argo's rules (robfig/cron's standard parser,
+#: Go's time.LoadLocation).
+SCHEDULES = [
+    "0 3 * * *", "*/15 * * * *", "0 0 1 1 *", "5 4 * * sun", "0 22 * * 1-5", "0 9 1-7,15 * MON",
+    "@daily", "@hourly", "@every 1h30m", "0 0 ? * *", "59 23 31 12 6",
+    "99 99 * * *", "61 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *", "0 0 * * 7",
+    "0 0 * * 5-1", "*/0 * * * *", "0 3 * *", "0 3 * * * *", "@fortnightly", "0 0 L * *",
+    "TZ=Europe/Berlin 0 3 * * *",
+]
+TIMEZONES = ["Europe/Berlin", "America/New_York", "UTC", "Asia/Kolkata", "Europe/Berln", "Mars/Olympus"]
+
+
+def test_schedule_and_timezone_checks_agree_with_argo(tmp_path: Path) -> None:
+    from durapipe.dsl.schedule import cron_problem, timezone_problem
+
+    template = (MANIFESTS / "invalid" / "bad-cron-schedule.yaml").read_text()
+    cases = [(s, None) for s in SCHEDULES] + [("0 3 * * *", tz) for tz in TIMEZONES]
+    docs = []
+    for i, (schedule, tz) in enumerate(cases):
+        doc = template.replace("name: bad-cron-schedule", f"name: case-{i}").replace(
+            '["61 * * * *"]', json.dumps([schedule]))
+        if tz is not None:
+            doc = doc.replace("spec:\n", f"spec:\n  timezone: {json.dumps(tz)}\n", 1)
+        docs.append(doc)
+    bundle = tmp_path / "crons.yaml"
+    bundle.write_text("\n---\n".join(docs))
+    argo = {r.name: r for r in argo_check([bundle])}
+    ours = [cron_problem(s) is None and (tz is None or timezone_problem(tz) is None)
+            for s, tz in cases]
+    disagreements = [(cases[i], argo[f"case-{i}"].error) for i in range(len(cases))
+                     if argo[f"case-{i}"].ok != ours[i]]
+    assert disagreements == []
+    assert sum(ours) not in (0, len(cases))  # both verdicts occur

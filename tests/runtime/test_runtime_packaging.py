@@ -86,3 +86,38 @@ def test_build_zipapp_command_line(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert zipfile.is_zipfile(target)
+
+
+def test_user_code_imports_the_runtime_from_the_zipapp_with_nothing_installed(
+    tmp_path: Path,
+) -> None:
+    # What a pod whose image has only Python does: the trainer imports durapipe.runtime, and
+    # the archive is the only durapipe there is (-S: no site-packages for the child either).
+    archive = build(tmp_path / "bin" / contract.RUNTIME_ZIPAPP_NAME)
+    trainer = tmp_path / "train.py"
+    trainer.write_text(
+        "import durapipe.runtime, sys\n"
+        "from durapipe.runtime import contract\n"
+        "print(durapipe.runtime.__file__, file=sys.stderr)\n"
+        "open('where.txt', 'w').write(durapipe.runtime.__file__)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": "/opt/user-libs"}
+    log = tmp_path / "log"
+    completed = subprocess.run(
+        [sys.executable, "-I", "-S", str(archive), "exec", "--termination-log", str(log), "--",
+         sys.executable, "-S", str(trainer)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    verdict, _ = parse_verdict_line(log.read_text().strip())
+    assert verdict == contract.VERDICT_SUCCESS
+    assert (tmp_path / "where.txt").read_text() == str(
+        archive / "durapipe" / "runtime" / "__init__.py")
+
+
+def test_an_installed_runtime_leaves_the_childs_python_path_alone() -> None:
+    from durapipe.runtime.wrapper import runtime_archive, with_runtime_importable
+
+    assert runtime_archive() is None
+    assert with_runtime_importable({"PYTHONPATH": "/a"}) == {"PYTHONPATH": "/a"}
+    assert "PYTHONPATH" not in with_runtime_importable({})

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
+	apierr "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -341,7 +342,43 @@ func mainContainerStatus(p *apiv1.Pod, state apiv1.ContainerState) {
 	}
 }
 
-func (s *simulator) publishOutputs(sp *simPod, o simOutcome) {
+// templateOutputDefaults gives the output parameters of the pod's template that have a default,
+// as the controller resolved them for this pod (ARGO_TEMPLATE, which the executor reads): with
+// no file written (nothing runs here), the wait container reports exactly these, whatever
+// main's exit code was (PostMain runs SaveParameters for a failed main too).
+func templateOutputDefaults(p *apiv1.Pod) map[string]string {
+	defaults := map[string]string{}
+	for _, c := range append(append([]apiv1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for _, e := range c.Env {
+			if e.Name != common.EnvVarTemplate {
+				continue
+			}
+			var tmpl wfv1.Template
+			if err := json.Unmarshal([]byte(e.Value), &tmpl); err != nil {
+				continue
+			}
+			for _, param := range tmpl.Outputs.Parameters {
+				if param.ValueFrom != nil && param.ValueFrom.Default != nil {
+					defaults[param.Name] = param.ValueFrom.Default.String()
+				}
+			}
+			return defaults
+		}
+	}
+	return defaults
+}
+
+// publishOutputs writes the pod's WorkflowTaskResult as the wait container does: the
+// scenario's outputs, and each declared default the scenario does not override.
+func (s *simulator) publishOutputs(sp *simPod, p *apiv1.Pod, o simOutcome, phase wfv1.NodePhase) {
+	given := templateOutputDefaults(p)
+	for k, v := range o.Outputs {
+		given[k] = v
+	}
+	if phase != wfv1.NodeSucceeded && len(given) == 0 {
+		return // a failed main with nothing to report: the executor's result holds nothing
+	}
+	o.Outputs = given
 	outputs := wfv1.Outputs{}
 	names := make([]string, 0, len(o.Outputs))
 	for k := range o.Outputs {
@@ -362,9 +399,13 @@ func (s *simulator) publishOutputs(sp *simPod, o simOutcome) {
 				common.LabelKeyReportOutputsCompleted: "true",
 			},
 		},
-		NodeResult: wfv1.NodeResult{Phase: wfv1.NodeSucceeded, Outputs: &outputs},
+		NodeResult: wfv1.NodeResult{Phase: phase, Outputs: &outputs},
 	}
-	created, err := s.c.wfclientset.ArgoprojV1alpha1().WorkflowTaskResults(s.wf.Namespace).Create(s.ctx, tr, metav1.CreateOptions{})
+	results := s.c.wfclientset.ArgoprojV1alpha1().WorkflowTaskResults(s.wf.Namespace)
+	created, err := results.Create(s.ctx, tr, metav1.CreateOptions{})
+	if apierr.IsAlreadyExists(err) { // the pod was re-created under the same node
+		created, err = results.Update(s.ctx, tr, metav1.UpdateOptions{})
+	}
 	if err != nil {
 		s.fatalf("task result: %v", err)
 	}
@@ -376,7 +417,7 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 	now := metav1.Now()
 	switch o.Outcome {
 	case "succeeded":
-		s.publishOutputs(sp, o)
+		s.publishOutputs(sp, p, o, wfv1.NodeSucceeded)
 		p.Status.Phase = apiv1.PodSucceeded
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}})
 	case "failed":
@@ -384,9 +425,11 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		if o.ExitCode != nil {
 			code = *o.ExitCode
 		}
+		s.publishOutputs(sp, p, o, wfv1.NodeFailed)
 		p.Status.Phase = apiv1.PodFailed
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: o.Message, FinishedAt: now}})
 	case "oomkilled":
+		s.publishOutputs(sp, p, o, wfv1.NodeFailed)
 		p.Status.Phase = apiv1.PodFailed
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled", Message: o.Message, FinishedAt: now}})
 	case "disrupted":
