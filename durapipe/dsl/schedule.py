@@ -69,6 +69,11 @@ def _field_problem(field: str, lo: int, hi: int, names: dict[str, int]) -> str |
     return None
 
 
+def timezones() -> set[str]:
+    """Every zone name this machine's IANA database knows (for a did-you-mean hint)."""
+    return zoneinfo.available_timezones()
+
+
 def timezone_problem(name: str) -> str | None:
     """Why ``name`` is not an IANA time zone, or None (also where this machine has no zone
     database to ask: then the cluster is the judge)."""
@@ -83,11 +88,3 @@ def timezone_problem(name: str) -> str | None:
     except ValueError as exc:
         return f"{name!r} is not a time zone name ({exc})"
     return None
-
-
-def suggest_timezone(name: str) -> str | None:
-    """The closest IANA name, for a hint."""
-    import difflib
-
-    match = difflib.get_close_matches(name, sorted(zoneinfo.available_timezones()), n=1)
-    return match[0] if match else None

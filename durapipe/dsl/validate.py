@@ -503,11 +503,12 @@ class _Checker:
         if self.p.timezone is not None:
             problem = schedule.timezone_problem(self.p.timezone)
             if problem:
-                near = schedule.suggest_timezone(self.p.timezone)
+                near = closest(self.p.timezone, schedule.timezones())
                 self.add(error("P0320", f'unknown time zone "{self.p.timezone}"',
                                self.at("timezone"), problem,
                                help=f'did you mean "{near}"?' if near else
-                               'use an IANA name such as "Europe/Berlin" or "UTC"'))
+                               'use an IANA name such as "Europe/Berlin" or "UTC"',
+                               suggestion=near))
         if self.p.kind == "cron" and not self.p.schedules:
             self.add(error("P0316", "`kind = \"cron\"` needs a `schedule`", self.at("kind"),
                            "no schedule", help='add `schedule = "0 3 * * *"`'))
