@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -508,7 +510,7 @@ def test_multi_node_jobset_manifest() -> None:
     assert manifest["metadata"]["generateName"] == "{{workflow.name}}-pretrain-"
     spec = manifest["spec"]
     assert spec["failurePolicy"] == {"maxRestarts": 2, "rules": [{
-        "name": "host-maintenance", "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "name": "HostMaintenance", "action": "RestartJobSetAndIgnoreMaxRestarts",
         "onJobFailureReasons": ["PodFailurePolicy"]}]}
     (rjob,) = spec["replicatedJobs"]
     job = rjob["template"]["spec"]
@@ -531,7 +533,28 @@ def test_multi_node_jobset_manifest() -> None:
     assert pod["restartPolicy"] == "Never"
     assert pod["terminationGracePeriodSeconds"] == 300
     assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    assert [c["name"] for c in pod["containers"]] == ["main", "durapipe-uploader"]
+    # A Job pod completes when its regular containers have: the uploader is a native sidecar.
+    assert [c["name"] for c in pod["containers"]] == ["main"]
+    assert [(c["name"], c.get("restartPolicy")) for c in pod["initContainers"]] == [
+        ("durapipe-install", None), ("durapipe-uploader", "Always")]
+
+
+#: JobSet v0.12.0's webhook, ../shared/jobset/v0.12.0/src/pkg/webhooks/jobset_webhook.go:418
+#: (``ruleNameFmt``, checked in ``validateFailurePolicy``), with its length bounds (1-128).
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def test_jobset_failure_policy_rule_names_pass_jobsets_webhook() -> None:
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "jobset" / "v0.12.0" / "src"
+    webhook = shared / "pkg" / "webhooks" / "jobset_webhook.go"
+    if webhook.exists():  # the copy above is the webhook's own pattern
+        assert 'ruleNameFmt       = "' + JOBSET_RULE_NAME.pattern + '"' in webhook.read_text()
+    s = stage(distributed=Distributed(replicas=2, restart_on_maintenance=True),
+              resources=Resources(cpu=4))
+    manifest = yaml.safe_load(templates(compiled(pipeline(s)))["train"]["resource"]["manifest"])
+    names = [r["name"] for r in manifest["spec"]["failurePolicy"]["rules"]]
+    assert names and all(JOBSET_RULE_NAME.match(n) and len(n) <= 128 for n in names)
+    assert not JOBSET_RULE_NAME.match("host-maintenance")  # what was refused
 
 
 def test_maintenance_restarts_count_when_asked() -> None:
