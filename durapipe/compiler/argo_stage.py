@@ -252,11 +252,12 @@ def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json
 
 
 def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
-         hash_inputs: dict[tuple[str, str], str], *, shared: bool = False) -> Json:
+         hash_inputs: dict[tuple[str, str], str], *, shared: bool = False,
+         wrapped: bool = False) -> Json:
     """The template one task runs: a pod of one variant, with its preemption retries.  A
     ``shared`` one takes the task's first attempt as an input parameter, and on a ladder its
-    rung and memory too."""
-    stage, single = plan.stage, plan.kind == "pod"
+    rung and memory too.  A ``wrapped`` pod stage's leaf leaves its cache to the wrapper."""
+    stage, single = plan.stage, plan.kind == "pod" and not wrapped
     varying = Varying.of(plan, shared)
     strategy = retry_strategy(plan, task.limit)
     t: Json = {"name": task.name}
@@ -522,7 +523,49 @@ def lower_pod(ctx: Context, plan: StagePlan) -> LoweredStage:
     check_texts(ctx, plan)
     hash_inputs = hash_inputs_of(plan)
     (task,) = plan.tasks
-    return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
+    m = memoize(ctx, plan, hash_inputs)
+    if m is None or task.limit == 0:
+        return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
+    # A leaf with both `memoize` and a `retryStrategy` hangs its workflow on a cache hit: the
+    # hit is a Retry node, whose children Argo's assessDAGPhase skips (getRetryNodeChildrenIds),
+    # so the DAG around it never completes.  The cache goes on a one-task DAG around the pod,
+    # as on a grid (test_a_cache_hit_in_the_middle_of_the_dag_with_the_default_retry_budget_completes).
+    inner = replace(task, name=wrapped_task_name(plan.task))
+    pod = leaf(ctx, plan, inner, hash_inputs, wrapped=True)
+    return LoweredStage(plan, [wrapper_template(plan, hash_inputs, inner.name, m), pod],
+                        hash_inputs)
+
+
+def wrapped_task_name(task: str) -> str:
+    return f"{task}-pod"
+
+
+def wrapper_template(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], inner: str,
+                     memo: Json) -> Json:
+    """A memoized one-task DAG running the stage's pod; its outputs are the pod's."""
+    t: Json = {"name": plan.task}
+    inputs = template_inputs(plan, hash_inputs, leaf=False)
+    if inputs:
+        t["inputs"] = inputs
+    names = sorted(plan.stage.outputs)
+    if names:
+        ref = "tasks." + inner + ".outputs"
+        t["outputs"] = {
+            "parameters": [{"name": hash_param_name(n), "valueFrom": {
+                "parameter": "{{" + ref + ".parameters." + hash_param_name(n) + "}}"}}
+                for n in names],
+            "artifacts": [{"name": n, "from": "{{" + ref + ".artifacts." + n + "}}"}
+                          for n in names],
+        }
+    t["memoize"] = memo
+    task: Json = {"name": inner, "template": inner}
+    if plan.upstream:
+        task["arguments"] = {"artifacts": [
+            {"name": artifact_input_name(s, o),
+             "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
+            for s, o in sorted(plan.upstream)]}
+    t["dag"] = {"tasks": [task]}
+    return t
 
 
 def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:

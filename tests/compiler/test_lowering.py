@@ -456,8 +456,12 @@ def test_memoize_key_inputs_are_exact() -> None:
                         "value": "{{tasks.prep.outputs.parameters.data-hash}}"}],
         "artifacts": [{"name": "in-prep-data", "from": "{{tasks.prep.outputs.artifacts.data}}"}],
     }
-    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
+    # A cached pod stage: the cache on a one-task DAG, the outputs read from its pod.
+    assert ts["prep-pod"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
         "path": "/var/run/durapipe/outputs/data.hash", "default": ""}}]
+    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
+        "parameter": "{{tasks.prep-pod.outputs.parameters.data-hash}}"}}]
+    assert "memoize" not in ts["prep-pod"] and "retryStrategy" not in ts["prep"]
     assert main[2]["depends"] == "train"
 
 
@@ -485,9 +489,9 @@ def test_runtime_key_matches_go_json_encoding() -> None:
 
 def test_declared_inputs_reach_the_runtime_and_command_refs_become_paths() -> None:
     ts = templates(compiled(prep_train_eval()))
-    assert ts["train"]["container"]["command"][-1] == "/var/run/durapipe/inputs/prep/data"
-    assert env_of(ts["eval"])["DURAPIPE_INPUTS"] == '{"model":"/var/run/durapipe/inputs/train/model"}'
-    assert ts["prep"]["container"]["command"][-2:] == [
+    assert ts["train-pod"]["container"]["command"][-1] == "/var/run/durapipe/inputs/prep/data"
+    assert env_of(ts["eval-pod"])["DURAPIPE_INPUTS"] == '{"model":"/var/run/durapipe/inputs/train/model"}'
+    assert ts["prep-pod"]["container"]["command"][-2:] == [
         "{{workflow.parameters.epochs}}", "--out={{workflow.parameters.out}}"]
 
 
@@ -652,7 +656,7 @@ def test_params_become_arguments_with_string_defaults() -> None:
 
 
 def test_secrets_are_secret_key_refs_only() -> None:
-    t = templates(compiled(prep_train_eval()))["prep"]
+    t = templates(compiled(prep_train_eval()))["prep-pod"]
     assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in t[
         "container"]["env"]
 
