@@ -110,8 +110,7 @@ def test_each_task_retries_preemptions_only_with_the_preemption_budget() -> None
         "limit": "5",
         "retryPolicy": "Always",
         "expression": PREEMPTED,
-        "backoff": {"duration": "30s", "factor": "2", "cap": "10m"},
-    }
+    }  # no backoff: Argo would wait it before every failure that leaves the task too
     assert env_of(t)[contract.ENV_ATTEMPT] == "{{retries}}"
 
 
@@ -157,10 +156,19 @@ def test_no_budgets_means_no_retry_strategy_and_attempt_zero() -> None:
     assert env_of(t)[contract.ENV_ATTEMPT] == "0"
 
 
-def test_backoff_cap_and_factor_are_strings() -> None:
-    s = stage(retry=Retry(attempts=0, backoff=60, backoff_factor=3, max_backoff=3600))
-    backoff = templates(compiled(pipeline(s)))["train"]["retryStrategy"]["backoff"]
-    assert backoff == {"duration": "1m", "factor": "3", "cap": "1h"}
+def test_backoff_waits_before_each_application_retry_with_its_factor_and_cap() -> None:
+    s = stage(retry=Retry(attempts=4, backoff=60, backoff_factor=3, max_backoff=600))
+    ts = templates(compiled(pipeline(s)))
+    dag = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    waits = [dag[f"train-app-{k}-backoff"] for k in range(4)]
+    assert [w["arguments"]["parameters"] for w in waits] == [
+        [{"name": "duration", "value": v}] for v in ("1m", "3m", "9m", "10m")]
+    assert waits[0]["depends"] == "train-app-0.Failed || train-app-0.Errored"
+    assert waits[0]["when"] == "{{=" + retry.app_failure_condition(
+        "train-app-0", "fail", has_ladder=False) + "}}"
+    assert dag["train-app-1"]["depends"] == "train-app-0-backoff.Succeeded"
+    assert "when" not in dag["train-app-1"]
+    assert "train-app-4-backoff" not in dag  # the last failure waits for nothing
 
 
 def test_retry_markers_come_from_the_runtime_contract() -> None:
