@@ -35,7 +35,7 @@ def _describe_loc(loc: tuple[Any, ...]) -> str:
     return names[-1] if names else "value"
 
 
-_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
+_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": ["1Mi"]}
 
 
 def model_from_data(data: dict[str, Any], source_map: SourceMap,
@@ -115,7 +115,7 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
                 code, message = "P0206", f"`{field}`: {problem.message}"
             else:
                 code, message = "P0203", f"`{field}` has the wrong type: {problem.message}"
-            hint = None
+            hint = problem.help
             if kind == "choice" and isinstance(problem.value, str):
                 hint = did_you_mean(problem.value, [c for c in problem.choices
                                                     if isinstance(c, str)])
