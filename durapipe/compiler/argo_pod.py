@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from durapipe.compiler import memo, naming
-from durapipe.compiler.argo_text import input_path, render_text
+from durapipe.compiler.argo_text import input_path, kubelet_literal, render_text
 from durapipe.compiler.context import Context, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import (
@@ -181,7 +181,9 @@ def cluster_site(ctx: Context, plan: StagePlan, attempt: str, *,
 
 
 def env_list(pairs: list[tuple[str, str]]) -> list[Json]:
-    return [{"name": name, "value": value} for name, value in pairs]
+    """Contract variables: their values carry user text (output and checkpoint paths, the
+    storage URI), which the kubelet would expand like any ``env[].value``."""
+    return [{"name": name, "value": kubelet_literal(value)} for name, value in pairs]
 
 
 def pod_env(ctx: Context, plan: StagePlan, variant: Variant, attempt: str, *,

@@ -36,7 +36,6 @@ from durapipe.compiler.argo_pod import (
 )
 from durapipe.compiler.argo_text import (
     artifact_input_name,
-    check_literal,
     hash_param_name,
     input_path,
     render_ref,
@@ -92,17 +91,6 @@ def check_texts(ctx: Context, plan: StagePlan) -> None:
         ctx.error("P0319", "`args` has no effect on a `script` stage", (*loc, "args"))
     for name, ref in sorted(stage.inputs.items()):
         render_ref(ctx, ref, (*loc, "inputs", name))
-    if stage.workdir is not None:
-        check_literal(ctx, stage.workdir, (*loc, "workdir"))
-    if stage.script is not None:
-        check_literal(ctx, stage.script, (*loc, "script"))
-    for name, path in sorted(stage.outputs.items()):
-        check_literal(ctx, path, (*loc, "outputs", name))
-    if stage.checkpoint is not None:
-        check_literal(ctx, stage.checkpoint.path, (*loc, "checkpoint", "path"))
-    for field_name, mapping in (("labels", stage.labels), ("annotations", stage.annotations)):
-        for key, value in sorted(mapping.items()):
-            check_literal(ctx, value, (*loc, field_name, key))
 
 
 # -- leaf templates ---------------------------------------------------------------------------
@@ -553,5 +541,4 @@ LOWERERS: dict[str, Callable[[Context, StagePlan], LoweredStage]] = {
 
 
 def lower_stage(ctx: Context, plan: StagePlan) -> LoweredStage:
-    check_literal(ctx, plan.stage.image, ("stages", plan.index, "image"))
     return LOWERERS[plan.kind](ctx, plan)
