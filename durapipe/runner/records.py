@@ -12,6 +12,8 @@ from typing import Any
 
 @dataclass
 class AttemptRecord:
+    #: ``DURAPIPE_ATTEMPT`` of the attempt: the number the summary shows, its directory
+    #: (``attempt-N``) and the compiled workflow's pod all use.
     number: int
     rung: int
     memory: str
@@ -22,6 +24,8 @@ class AttemptRecord:
     resumed_from: str
     log: str
     fault: str = ""
+    #: The last lines of a failed attempt's output (stdout and stderr), for the summary.
+    tail: str = ""
 
 
 @dataclass
