@@ -27,15 +27,17 @@ _DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
-def label_value_problem(value: str) -> str | None:
-    if value == "":
-        return None
-    if len(value) > 63:
-        return "a label value is at most 63 characters"
-    if not _NAME_PART_RE.match(value):
-        return ("a label value holds only letters, digits, `-`, `_` and `.`, and starts and "
-                "ends with a letter or digit")
+def _name_part_problem(text: str, what: str) -> str | None:
+    if len(text) > 63:
+        return f"{what} is at most 63 characters"
+    if not _NAME_PART_RE.match(text):
+        return (f"{what} holds only letters, digits, `-`, `_` and `.`, and starts and ends "
+                "with a letter or digit")
     return None
+
+
+def label_value_problem(value: str) -> str | None:
+    return None if value == "" else _name_part_problem(value, "a label value")
 
 
 def qualified_name_problem(key: str) -> str | None:
@@ -43,18 +45,12 @@ def qualified_name_problem(key: str) -> str | None:
     prefix, slash, name = key.rpartition("/")
     if slash and not prefix:
         return "the prefix before `/` is empty"
-    if slash:
-        if len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix):
-            return (f"the prefix `{prefix}` is not a DNS subdomain (lower-case letters, digits, "
-                    "`-` and `.`, at most 253 characters)")
+    if slash and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix)):
+        return (f"the prefix `{prefix}` is not a DNS subdomain (lower-case letters, digits, "
+                "`-` and `.`, at most 253 characters)")
     if not name:
         return "the name part is empty"
-    if len(name) > 63:
-        return "the name part is at most 63 characters"
-    if not _NAME_PART_RE.match(name):
-        return ("the name part holds only letters, digits, `-`, `_` and `.`, and starts and "
-                "ends with a letter or digit")
-    return None
+    return _name_part_problem(name, "the name part")
 
 
 def dns_label_problem(value: str) -> str | None:

@@ -42,6 +42,7 @@ from durapipe.runner.records import (
     AttemptRecord,
     RunRecord,
     StageRecord,
+    last_lines,
     load_run,
     runs_dir,
     write_json_atomic,
@@ -665,15 +666,6 @@ TAIL_LINES = 5
 
 
 def _tail(log_path: Path) -> str:
-    """The last non-empty lines of an attempt's log (the child's stdout and stderr)."""
-    try:
-        with open(log_path, "rb") as log:
-            log.seek(0, os.SEEK_END)
-            size = log.tell()
-            log.seek(max(0, size - 16384))
-            text = log.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    lines = [line.rstrip() for line in text.splitlines()
-             if line.strip() and not line.startswith(contract.VERDICT_TAG)]
-    return "\n".join(lines[-TAIL_LINES:])
+    """The last non-empty lines of an attempt's log (the child's stdout and stderr), without
+    the wrapper's verdict line."""
+    return "\n".join(last_lines(log_path, TAIL_LINES, skip_prefix=contract.VERDICT_TAG))

@@ -108,3 +108,17 @@ def list_runs(home: Path) -> list[RunRecord]:
         if record is not None:
             found.append(record)
     return sorted(found, key=lambda r: r.started)
+
+
+def last_lines(path: str | Path, count: int, *, skip_prefix: str | None = None) -> list[str]:
+    """The last ``count`` non-empty lines of a log (read from its end: logs can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 4096 * max(1, count)))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = [ln.rstrip() for ln in text.splitlines()
+             if ln.strip() and not (skip_prefix and ln.startswith(skip_prefix))]
+    return lines[-count:]

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import IO
 
-from durapipe.runner.records import RunRecord, StageRecord
+from durapipe.runner.records import RunRecord, StageRecord, last_lines
 
 _SYMBOL = {"pending": "·", "running": "▶", "succeeded": "✓", "cached": "↺", "reused": "↺",
            "failed": "✗", "skipped": "-", "interrupted": "!"}
 
 
 def _last_line(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 4096))
-            lines = [ln for ln in handle.read().decode("utf-8", "replace").splitlines()
-                     if ln.strip()]
-    except OSError:
-        return ""
+    lines = last_lines(path, 1)
     return lines[-1].strip() if lines else ""
 
 
