@@ -182,8 +182,9 @@ def test_watch_follows_events_and_exits_with_the_end_phase(
                          "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "spot-preemptions: Running"
-    assert "spot-preemptions: Succeeded" in lines
+    assert lines[0] == "spot-preemptions-run0: Running (2/5)"
+    assert "spot-preemptions-run0: Succeeded (2/5)" in lines
+    assert "train: Succeeded, attempt 4 success on 64Gi A10G" in lines
     # The 410 made it list again: two GETs of the object, two watches.
     gets = [p for m, p, _ in api.requests if m == "GET" and "watch" not in p]
     assert len(gets) == 2
