@@ -188,3 +188,21 @@ def test_watch_follows_events_and_exits_with_the_end_phase(
     # The 410 made it list again: two GETs of the object, two watches.
     gets = [p for m, p, _ in api.requests if m == "GET" and "watch" not in p]
     assert len(gets) == 2
+
+
+def test_on_a_terminal_watch_redraws_its_table_in_place() -> None:
+    import io
+
+    from durapipe.compiler import run_status
+    from durapipe.compiler.submit import Display
+
+    out = io.StringIO()
+    display = Display(out, tty=True)
+    report = run_status.interpret(load_recorded("cache-hit", 1))
+    display.show(report)
+    display.show(report)
+    first, second = out.getvalue().split("\x1b[5F\x1b[J")  # up over the 5 lines, clear
+    assert first == second
+    assert first.splitlines()[0] == "cache-hit-run1: Succeeded (2/2)"
+    assert first.splitlines()[1].split() == ["STAGE", "PHASE", "ATTEMPTS", "PREEMPT", "FAILED",
+                                             "OOM", "MEMORY", "GPU", "CACHE"]
