@@ -151,15 +151,21 @@ def _env(tmpl: Json) -> dict[str, str]:
             if "value" in e}
 
 
+def _labelled_stage(tmpl: Json | None) -> str | None:
+    labels = ((tmpl or {}).get("metadata") or {}).get("labels") or {}
+    found = labels.get("durapipe.dev/stage")
+    return str(found) if found else None
+
+
 def _stage_of(tmpl: Json | None) -> str | None:
+    """The stage whose attempts the template runs: a pod through the runtime wrapper (its
+    contract environment) or a multi-node stage's JobSet (a resource template)."""
     if tmpl is None:
         return None
     stage = _env(tmpl).get(contract.ENV_STAGE)
     if stage:
         return stage
-    labels = (tmpl.get("metadata") or {}).get("labels") or {}
-    found = labels.get("durapipe.dev/stage")
-    return str(found) if found else None
+    return _labelled_stage(tmpl) if "resource" in tmpl else None
 
 
 def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
@@ -330,12 +336,18 @@ def interpret(wf: Json) -> RunReport:
     nodes = list((status.get("nodes") or {}).values())
     nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
     by_stage: dict[str, list[Attempt]] = {s: [] for s in plans}
+    notes: dict[str, str] = {}
     for node in nodes:
         if node.get("type") != "Pod":
             continue
         tmpl = templates.of_node(node)
         stage = _stage_of(tmpl)
         if stage is None or tmpl is None:
+            # A pod of the stage that is no attempt (the OOM ladder's exhausted marker): its
+            # message says why the stage ended.
+            labelled = _labelled_stage(tmpl)
+            if labelled is not None and node.get("message"):
+                notes[labelled] = str(node["message"])
             continue
         by_stage.setdefault(stage, []).append(_attempt(node, tmpl))
     stages = []
@@ -364,7 +376,7 @@ def interpret(wf: Json) -> RunReport:
             rungs=max(len(plan.rungs), 1),
             rung=ran.rung if ran else None, memory=ran.memory if ran else "",
             gpu_type=ran.gpu_type if ran else "",
-            message=str(own.get("message", "")) if own is not None else "",
+            message=notes.get(stage) or (str(own.get("message", "")) if own is not None else ""),
         ))
     return RunReport(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
@@ -402,6 +414,9 @@ def render(report: RunReport) -> str:
              + (f" ({report.progress})" if report.progress else "")
              + (f": {report.message}" if report.message else ""), ""]
     lines += table(report)
+    ended = [s for s in report.stages if s.phase in ("Failed", "Error") and s.message]
+    if ended:
+        lines += [""] + [f"{s.stage}: {s.message}" for s in ended]
     failed = [(s.stage, a) for s in report.stages for a in s.attempts
               if a.verdict not in (contract.VERDICT_SUCCESS, RUNNING)]
     if failed:

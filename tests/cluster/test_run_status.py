@@ -142,3 +142,14 @@ def test_the_recordings_are_what_the_controller_does_today(case: str) -> None:
 
     for i, fresh in enumerate(run_case(spec)):
         assert timeless(interpret(fresh)) == timeless(interpret(load_recorded(case, i)))
+
+
+def test_an_exhausted_ladder_says_why_the_stage_ended() -> None:
+    report = interpret(load_recorded("oom-exhausted"))
+    s = stage(report, "build-features")
+    # The exhausted marker's pod is no attempt; its message is the stage's.
+    assert [a.verdict for a in s.attempts] == ["host_oom"] * 3
+    assert (s.phase, s.oom, s.memory) == ("Failed", Budget(3, 2), "1Ti")
+    assert "ran out of memory at every size of its OOM ladder" in s.message
+    assert "build-features: main: Error (exit code 1): durapipe: stage build-features ran out" \
+        in run_status.render(report)
