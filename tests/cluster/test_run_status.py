@@ -1,5 +1,5 @@
 """`durapipe status`'s reading of a Workflow: on objects recorded from Argo v4.1.2's controller
-(tests/cluster/record_workflows.py; live-* from the e2e control plane), never hand-written."""
+(tests/cluster/record_workflows.py), never hand-written."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from durapipe.compiler import run_status
 from durapipe.compiler.run_status import Budget, interpret, verdict_of
-from tests.cluster.record_workflows import RECORDED, cases, load_recorded, run_case
+from tests.cluster.record_workflows import cases, load_recorded, run_case
 
 
 def stage(report: run_status.RunReport, name: str) -> run_status.StageReport:
@@ -107,19 +107,6 @@ def test_rendering_names_every_failed_attempt() -> None:
 def test_verdicts_without_and_with_the_runtime_line(phase: str, message: str, code: str,
                                                     verdict: str) -> None:
     assert verdict_of(phase, message, code)[0] == verdict
-
-
-LIVE = sorted(RECORDED.glob("live-*.json"))
-
-
-@pytest.mark.parametrize("path", LIVE, ids=[p.stem for p in LIVE])
-def test_recordings_from_the_control_plane_read_as_stages(path: Any) -> None:
-    wf = json.loads(path.read_text())
-    report = interpret(wf)
-    assert report.phase == wf["status"]["phase"]
-    pods = [n for n in wf["status"]["nodes"].values() if n["type"] == "Pod"]
-    assert sum(len(s.attempts) for s in report.stages) == len(pods)
-    assert all(a.verdict != "error" for s in report.stages for a in s.attempts)
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 
 The pipeline is compiled as WorkflowTemplates and server-side applied, as Argo CD would; the
 commands then run as a user runs them, with the session's kubeconfig. With
-``DURAPIPE_RECORD=1`` the finished Workflow is also written to tests/cluster/recorded/ (live-*),
-where the status interpretation tests read it.
+``DURAPIPE_RECORD=1`` the finished Workflow is also written to
+tests/cluster/recorded/live-cli-e2e.json, a recording of the real controller to add to
+tests/cluster/test_run_status.py.
 """
 
 from __future__ import annotations
