@@ -17,6 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from durapipe.compiler.options import ARGO_VERSIONS
 
@@ -45,6 +46,7 @@ class Compiled:
     source: str
     name: str
     text: str
+    documents: list[dict[str, Any]]
 
 
 def display_path(path: str) -> str:
@@ -86,7 +88,8 @@ def compile_file(path: str, args: argparse.Namespace, diagnostics: list[object])
     diagnostics.extend(result.diagnostics)
     if not result.ok:
         return None
-    return Compiled(shown, loaded.pipeline.name, to_yaml(result.documents, header(shown)))
+    return Compiled(shown, loaded.pipeline.name, to_yaml(result.documents, header(shown)),
+                    result.documents)
 
 
 def kustomization(names: list[str]) -> str:
