@@ -122,9 +122,9 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     if ctx.pipeline.service_account:
         pod_spec["serviceAccountName"] = ctx.pipeline.service_account
     pod_spec.update(scheduling(ctx, plan, variant))
-    pod_spec["initContainers"] = [init_container(ctx)]
+    pod_spec["initContainers"] = [init_container(ctx, plan)]
     pod_spec["containers"] = [main] if sidecar is None else [main, sidecar]
-    pod_spec["volumes"] = volumes(plan)
+    pod_spec["volumes"] = volumes(ctx, plan)
     return pod_spec
 
 
