@@ -395,3 +395,42 @@ def test_zipapp_bytes_do_not_depend_on_file_times_or_umask(tmp_path: Path) -> No
                                capture_output=True, check=True, cwd=tmp_path,
                                env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "7"}).stdout
     assert elsewhere == archive_bytes()
+
+
+@pytest.mark.slow
+def test_argo_lint_accepts_the_stream_with_the_runtime_configmap(tmp_path: Path) -> None:
+    """What `durapipe compile -o FILE` writes, ConfigMap included, passes Argo's own linter."""
+    from durapipe.cli import main
+    from tests.argo.argo_tools import argo_check
+
+    out = tmp_path / "all.yaml"
+    assert main(["compile", *map(str, EXAMPLES), "-o", str(out)]) == 0
+    kinds = [d["kind"] for d in yaml.safe_load_all(out.read_text())]
+    assert kinds.count("ConfigMap") == len(EXAMPLES)
+    results = argo_check([out])
+    assert len(results) == len(EXAMPLES) and all(r.ok for r in results), results
+
+
+def test_kustomize_builds_a_directory_whose_pipelines_share_the_runtime(tmp_path: Path) -> None:
+    """Two pipelines in one namespace, one ConfigMap: kustomize refuses an object twice."""
+    import shutil
+
+    from durapipe.cli import main
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (apt-get install kubectl); CI has it")
+    out = tmp_path / "deploy"
+    chosen = [str(p) for p in EXAMPLES if p.stem in ("spot_training", "gpu_fallback")]
+    assert main(["compile", *chosen, "--kind", "template", "-o", f"{out}/",
+                 "--kustomization"]) == 0
+    built = subprocess.run([kubectl, "kustomize", str(out)], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert built.returncode == 0, built.stderr
+    documents = list(yaml.safe_load_all(built.stdout))
+    (configmap,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    for doc in documents:
+        if doc["kind"] == "WorkflowTemplate":
+            names = {v["configMap"]["name"] for t in doc["spec"]["templates"]
+                     for v in t.get("volumes", []) if "configMap" in v}
+            assert names == {configmap["metadata"]["name"]}
