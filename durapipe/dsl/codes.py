@@ -156,6 +156,13 @@ or `backoff_factor` without a `backoff` (there is no delay to grow or cap)."""),
 `timezone` must name a zone of the IANA time zone database (`Europe/Berlin`, `America/New_York`,
 `UTC`), as Argo's CronWorkflow controller loads it with Go's `time.LoadLocation`; a misspelt
 zone would be accepted by `check` and refused by the cluster."""),
+    Code("P0321", "not a valid Kubernetes name, label or annotation", """
+The API server refuses the object: a label value is empty or at most 63 characters of letters,
+digits, `-`, `_` and `.`, starting and ending with a letter or digit (`"a: b # c"` is not one);
+a label or annotation key is `[prefix/]name`, the prefix a DNS subdomain (`example.com`), the
+name like a label value; a namespace is a DNS-1123 label; a service account, a storage secret
+and a `secret()` name are DNS subdomains, and a `secret()` key holds letters, digits, `-`, `_`
+and `.`."""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example
@@ -169,8 +176,10 @@ WorkflowTemplates."""),
     Code("P0404", "text would be read as Argo templating", """
 Argo substitutes `{{...}}` in every string of a workflow, several times over, so user text that
 contains `{{` (or a `{` directly before a `${...}` reference) could be executed as an Argo
-variable or expression.  durapipe refuses it rather than guessing.  Move the text into a file in
-the image, or build it at run time inside the command."""),
+variable or expression.  durapipe refuses it rather than guessing, in every string of the pipeline
+(namespace, secrets, labels and annotations and their keys, cluster settings, env names ...), and
+`check`, `compile` and `durapipe run` refuse the same text with this same diagnostic.  Move the
+text into a file in the image, or build it at run time inside the command."""),
     Code("P0405", "reference cannot be lowered here", """
 A bare stage name is an order-only dependency: it belongs in `needs`, not in a command, argument
 or environment value, where only `params.NAME` and `STAGE.outputs.NAME` have a value."""),

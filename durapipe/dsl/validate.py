@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from durapipe.dsl import catalog, schedule, typecheck
+from durapipe.dsl import catalog, kube, schedule, typecheck
 from durapipe.dsl.diagnostics import (
     Diagnostic,
     Label,
@@ -23,7 +23,7 @@ from durapipe.dsl.diagnostics import (
     warning,
 )
 from durapipe.dsl.lower import copy_containers
-from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
+from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
 
 STAGE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,48}[a-z0-9])?$")
@@ -35,7 +35,7 @@ def _describe_loc(loc: tuple[Any, ...]) -> str:
     return names[-1] if names else "value"
 
 
-_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
+_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": ["1Mi"]}
 
 
 def model_from_data(data: dict[str, Any], source_map: SourceMap,
@@ -115,7 +115,7 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
                 code, message = "P0206", f"`{field}`: {problem.message}"
             else:
                 code, message = "P0203", f"`{field}` has the wrong type: {problem.message}"
-            hint = None
+            hint = problem.help
             if kind == "choice" and isinstance(problem.value, str):
                 hint = did_you_mean(problem.value, [c for c in problem.choices
                                                     if isinstance(c, str)])
@@ -237,8 +237,57 @@ class _Checker:
             self.stage(i, stage, stage_index)
         self.cycles(stage_index)
         self.pipeline_settings()
+        self.templates()
+        self.kubernetes_text()
         self.unused_params()
         return self.diags
+
+    def templates(self) -> None:
+        """P0404 for every string that would reach Argo holding `{{`: found here, not by the
+        compiler, so `check`, `compile` and `run` refuse the same file with one diagnostic."""
+        for loc, text, before_ref in kube.template_texts(self.p):
+            if kube.template_problem(text, before_ref=before_ref):
+                self.add(error(
+                    "P0404", f"{text[:60]!r} contains `{{{{`, which Argo would treat as a "
+                    "template" if "{{" in text else
+                    f"{text[-60:]!r} ends in `{{` before a `${{...}}` reference, which Argo "
+                    "would read as `{{`", self.at(*loc), "Argo would substitute this",
+                    help="Argo has no escape for `{{`; build this text inside the command at "
+                         "run time, or keep it in a file in the image"))
+
+    def kubernetes_text(self) -> None:
+        """Names and labels the API server would refuse (P0321)."""
+        def bad(loc: tuple[Any, ...], what: str, text: str,
+                rule: Callable[[str], str | None]) -> None:
+            # Text holding `{{` is P0404's already: one mistake, one diagnostic.
+            problem = None if "{{" in text else rule(text)
+            if problem:
+                self.add(error("P0321", f'{what} "{text}" is not valid for Kubernetes',
+                               self.at(*loc), problem))
+
+        p = self.p
+        if p.namespace is not None:
+            bad(("namespace",), "namespace", p.namespace, kube.dns_label_problem)
+        for name in ("storage_secret", "service_account"):
+            value = getattr(p, name, None)
+            if isinstance(value, str):
+                bad((name,), f"`{name}`", value, kube.dns_subdomain_problem)
+        blocks: list[tuple[tuple[Any, ...], dict[str, str], bool]] = [
+            (("labels",), p.labels, True), (("annotations",), p.annotations, False)]
+        for i, stage in enumerate(p.stages):
+            blocks.append((("stages", i, "labels"), stage.labels, True))
+            blocks.append((("stages", i, "annotations"), stage.annotations, False))
+            for key, value in stage.env.items():
+                if isinstance(value, Secret):
+                    loc = ("stages", i, "env", key)
+                    bad(loc, "secret name", value.name, kube.dns_subdomain_problem)
+                    bad(loc, "secret key", value.key, kube.config_key_problem)
+        for loc, mapping, is_label in blocks:
+            kind = "label" if is_label else "annotation"
+            for key, value in mapping.items():
+                bad((*loc, key, KEY), f"{kind} key", key, kube.qualified_name_problem)
+                if is_label:
+                    bad((*loc, key), "label value", value, kube.label_value_problem)
 
     def names(self) -> None:
         if not STAGE_NAME_RE.match(self.p.name):
@@ -333,11 +382,13 @@ class _Checker:
                            about=Subject("stage", target)))
 
     def references(self) -> list[Diagnostic]:
-        """Only the rules about references and the stage graph (P0301-P0303, P0308)."""
+        """The rules about references and the stage graph (P0301-P0303, P0308), and the text
+        that Argo would template (P0404), which a model built in code may break as well."""
         stage_index = self.unique_stages()
         for i, stage in enumerate(self.p.stages):
             self.stage_refs(i, stage, stage_index)
         self.cycles(stage_index)
+        self.templates()
         return self.diags
 
     def stage_refs(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
@@ -375,6 +426,11 @@ class _Checker:
                            "choose one" if both else "nothing to run",
                            help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
         self.resources(i, stage)
+        if stage.script is not None and stage.args:
+            # Also the compiler's rule; here so that `check` and `run` refuse it as well.
+            self.add(error("P0319", "`args` has no effect on a `script` stage",
+                           self.at(*base, "args"), "has no effect",
+                           help="pass values through `env`, or use `command = [...]`"))
         for name in ("backoff_factor", "max_backoff"):
             if name in self.written(i, "retry") and stage.retry.backoff is None:
                 self.add(error("P0319", f"`{name}` has no effect without `backoff`",
