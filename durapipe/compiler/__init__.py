@@ -61,8 +61,14 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     documents = argo_workflow.assemble(ctx, kind, lowered)
     diagnostics = sort_unique(ctx.diagnostics)
     if any(d.is_error for d in diagnostics):
-        documents = []
-    return CompileResult(documents=documents, diagnostics=diagnostics)
+        return CompileResult(diagnostics=diagnostics)
+    runtime_objects = []
+    if options.runtime_image is None:
+        from durapipe.compiler import runtime_delivery
+
+        runtime_objects.append(runtime_delivery.configmap(ctx))
+    return CompileResult(documents=documents, runtime_objects=runtime_objects,
+                         diagnostics=diagnostics)
 
 
 def header(source: str | None) -> str:

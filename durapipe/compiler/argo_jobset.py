@@ -128,13 +128,13 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     # The uploader is a native sidecar (an init container that keeps running): a Job pod
     # completes only when its regular containers have, and nothing SIGTERMs a plain sidecar
     # there, so as a plain container it would keep every node's pod Running for ever.  After
-    # the runtime's init container, which delivers the code the uploader runs.
-    inits = [init_container(ctx)]
+    # the preflight init container, which fails the pod early when the store cannot be opened.
+    inits = [init_container(ctx, plan)]
     if sidecar is not None:
         inits.append({**sidecar, "restartPolicy": "Always"})
     pod_spec["initContainers"] = inits
     pod_spec["containers"] = [main]
-    pod_spec["volumes"] = volumes(plan)
+    pod_spec["volumes"] = volumes(ctx, plan)
     return pod_spec
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durapipe.compiler import memo, naming
+from durapipe.compiler import memo, naming, runtime_delivery
 from durapipe.compiler.argo_text import input_path, kubelet_literal, render_text
 from durapipe.compiler.context import Context, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
@@ -35,6 +35,7 @@ OUTPUT_HASH_DIR = f"{RUNTIME_ROOT}/outputs"
 CHECKPOINT_VOLUME = "durapipe-checkpoint"
 SHM_VOLUME = "dshm"
 INSTALL_CONTAINER = "durapipe-install"
+PREFLIGHT_CONTAINER = "durapipe-preflight"
 UPLOAD_SIDECAR = "durapipe-uploader"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "durapipe"}
 LABEL_PIPELINE = "durapipe.dev/pipeline"
@@ -300,8 +301,10 @@ def store_env_from(ctx: Context) -> list[Json]:
     return []
 
 
-def volumes(plan: StagePlan) -> list[Json]:
+def volumes(ctx: Context, plan: StagePlan) -> list[Json]:
     out: list[Json] = [{"name": RUNTIME_VOLUME, "emptyDir": {}}]
+    if ctx.options.runtime_image is None:
+        out.append(runtime_delivery.volume(ctx))
     if plan.pod.checkpoint_mount is not None:
         out.append({"name": CHECKPOINT_VOLUME, "emptyDir": {}})
     if plan.pod.shm is not None:
@@ -310,32 +313,52 @@ def volumes(plan: StagePlan) -> list[Json]:
     return out
 
 
-def _runtime_mounts(plan: StagePlan) -> list[Json]:
+def _runtime_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
     out: list[Json] = [{"name": RUNTIME_VOLUME, "mountPath": RUNTIME_ROOT}]
+    if ctx.options.runtime_image is None:
+        # Nested in the emptyDir above; container runtimes mount parents first.
+        out.append(runtime_delivery.mount())
     if plan.pod.checkpoint_mount is not None:
         out.append({"name": CHECKPOINT_VOLUME, "mountPath": plan.pod.checkpoint_mount})
     return out
 
 
-def main_mounts(plan: StagePlan) -> list[Json]:
-    out = _runtime_mounts(plan)
+def main_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
+    out = _runtime_mounts(ctx, plan)
     if plan.pod.shm is not None:
         out.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     return out
 
 
-def init_container(ctx: Context) -> Json:
-    return {
-        "name": INSTALL_CONTAINER,
-        "image": ctx.options.runtime_image,
-        "command": ["cp", RUNTIME_IMAGE_ZIPAPP, ZIPAPP],
-        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
-        "volumeMounts": [{
-            "name": RUNTIME_VOLUME,
-            "mountPath": contract.RUNTIME_INSTALL_DIR,
-            "subPath": "bin",
-        }],
-    }
+def init_container(ctx: Context, plan: StagePlan) -> Json:
+    """With the ConfigMap delivery: a preflight in the stage's own image, so an image whose
+    Python cannot run the runtime, or that has no client for the checkpoint store, fails the
+    pod with a verdict line before the trainer starts.  With a runtime image: copy the
+    zipapp out of it."""
+    resources = {"requests": {"cpu": "50m", "memory": "32Mi"}}
+    if ctx.options.runtime_image is not None:
+        return {
+            "name": INSTALL_CONTAINER,
+            "image": ctx.options.runtime_image,
+            "command": ["cp", RUNTIME_IMAGE_ZIPAPP, ZIPAPP],
+            "resources": resources,
+            "volumeMounts": [{
+                "name": RUNTIME_VOLUME,
+                "mountPath": contract.RUNTIME_INSTALL_DIR,
+                "subPath": "bin",
+            }],
+        }
+    command = ["python3", ZIPAPP, "preflight"]
+    checkpoint_uri = cluster_site(ctx, plan, "", inputs=False).checkpoint_uri
+    if plan.pod.sidecar and checkpoint_uri:
+        command += ["--uri", kubelet_literal(checkpoint_uri)]
+    init: Json = {"name": PREFLIGHT_CONTAINER, "image": plan.stage.image, "command": command}
+    env_from = store_env_from(ctx)
+    if env_from:
+        init["envFrom"] = env_from
+    init["resources"] = resources
+    init["volumeMounts"] = [runtime_delivery.mount()]
+    return init
 
 
 def fill_main_container(ctx: Context, plan: StagePlan, variant: Variant, main: Json,
@@ -352,25 +375,37 @@ def fill_main_container(ctx: Context, plan: StagePlan, variant: Variant, main: J
     resources = container_resources(ctx, stage, variant)
     if resources:
         main["resources"] = resources
-    main["volumeMounts"] = main_mounts(plan)
+    main["volumeMounts"] = main_mounts(ctx, plan)
     if not plan.pod.sidecar:
         return None
-    sidecar_env = [e for e in env if str(e.get("name", "")).startswith("DURAPIPE_")]
-    return upload_sidecar(ctx, plan, sidecar_env)
+    # By exact name: what the agent reads, and nothing of the user's that merely shares the
+    # prefix (a user's own DURAPIPE_* stays in the main container).
+    sidecar_env = [e for e in env if e.get("name") in contract.AGENT_ENV]
+    return upload_sidecar(ctx, plan, sidecar_env + POD_IDENTITY_ENV)
+
+
+#: The downward API gives the agent its pod's name and namespace, for the pod-status fallback
+#: (``durapipe.runtime.podstatus``) that explains an ending the wrapper could not report.
+POD_IDENTITY_ENV: list[Json] = [
+    {"name": contract.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    {"name": contract.ENV_POD_NAMESPACE,
+     "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+]
 
 
 def upload_sidecar(ctx: Context, plan: StagePlan, env: list[Json]) -> Json:
+    image = ctx.options.runtime_image
     sidecar: Json = {
         "name": UPLOAD_SIDECAR,
-        "image": ctx.options.runtime_image,
-        "command": ["python3", RUNTIME_IMAGE_ZIPAPP, "agent"],
+        "image": plan.stage.image if image is None else image,
+        "command": ["python3", ZIPAPP if image is None else RUNTIME_IMAGE_ZIPAPP, "agent"],
         "env": env,
     }
     env_from = store_env_from(ctx)
     if env_from:
         sidecar["envFrom"] = env_from
     sidecar["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}}
-    sidecar["volumeMounts"] = _runtime_mounts(plan)
+    sidecar["volumeMounts"] = _runtime_mounts(ctx, plan)
     return sidecar
 
 

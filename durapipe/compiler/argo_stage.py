@@ -271,8 +271,8 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
     patch = pod_spec_patch(ctx, plan, memory_param=varying.rung, gpu_count_param=varying.gpu_count)
     if patch is not None:
         t["podSpecPatch"] = patch
-    t["volumes"] = volumes(plan)
-    t["initContainers"] = [init_container(ctx)]
+    t["volumes"] = volumes(ctx, plan)
+    t["initContainers"] = [init_container(ctx, plan)]
     main_container(ctx, plan, task, strategy, t, shared=shared, varying=varying)
     return t
 
@@ -367,7 +367,7 @@ def oom_exhausted_template(ctx: Context, plan: StagePlan) -> Json:
         "name": oom_exhausted_name(plan.task),
         "metadata": stage_metadata(ctx, stage),
         "container": {
-            "image": ctx.options.runtime_image,
+            "image": ctx.options.runtime_image or stage.image,
             "command": ["python3", "-c", f"import sys; sys.exit({message!r})"],
             "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -124,6 +124,24 @@ class Cluster:
             GROUP, VERSION, self.namespace, PLURALS[kind], name, replaced)
         return result
 
+    def ensure_core(self, body: Mapping[str, Any]) -> None:
+        """Create a core object the pipeline's pods need (the runtime's ConfigMap) unless one
+        of its name exists: such objects are named by their content, so the name says it all."""
+        kubernetes = _client_module()
+        kind, name = str(body["kind"]), str(body["metadata"]["name"])
+        create = {"ConfigMap": "create_namespaced_config_map"}.get(kind)
+        if create is None:
+            raise ClusterError(f"durapipe submit does not create {kind} objects ({name}); "
+                               "apply them with kubectl or your GitOps tool")
+        core = kubernetes.client.CoreV1Api(self.api)
+        try:
+            getattr(core, create)(self.namespace, dict(body))
+        except kubernetes.client.exceptions.ApiException as exc:
+            if exc.status != 409:
+                raise self.translate(f"create {kind} {name}", exc) from None
+        except Exception as exc:
+            raise self.translate(f"create {kind} {name}", exc) from None
+
     def watch_workflow(self, name: str, resource_version: str,
                        timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) for the named Workflow from ``resource_version`` on, until the

@@ -12,9 +12,8 @@ if TYPE_CHECKING:  # importing the front end here would make `durapipe --help` p
 ArgoVersion = Literal["4.1", "3.7"]
 ARGO_VERSIONS: tuple[ArgoVersion, ...] = ("4.1", "3.7")
 
-#: The image the init container copies the runtime zipapp from (and the upload sidecar runs).
-DEFAULT_RUNTIME_IMAGE = "ghcr.io/durapipe/runtime:0.1.0"
-#: Where the zipapp sits inside :data:`DEFAULT_RUNTIME_IMAGE`.
+#: Where the zipapp sits inside a runtime image (``Containerfile.runtime``), for teams that
+#: choose image delivery (``runtime_image``) over the default ConfigMap.
 RUNTIME_IMAGE_ZIPAPP = "/opt/durapipe/durapipe-runtime.pyz"
 
 
@@ -25,7 +24,13 @@ class CompileOptions:
     #: Overrides ``pipeline.kind`` (``--kind``).
     kind: Literal["workflow", "template", "cron"] | None = None
     argo_version: ArgoVersion = "4.1"
-    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    #: ``None`` (the default): the runtime zipapp ships in the output as a ConfigMap and runs
+    #: in the stage's own image.  An image name: an init container copies the zipapp out of
+    #: that image (built from ``Containerfile.runtime``) and the upload agent runs in it.
+    runtime_image: str | None = None
+    #: The zipapp's bytes; ``None`` builds it from this installation.  Tests that snapshot the
+    #: lowering pin it, so that an edit to the runtime does not rename every pod's volume.
+    runtime_archive: bytes | None = None
     #: Seconds a checkpointing pod gets between SIGTERM and SIGKILL (final save + upload).
     checkpoint_grace_seconds: int = 300
     #: Argo's per-object limits; lowered only by tests that exercise splitting.
@@ -39,6 +44,9 @@ class CompileOptions:
 @dataclass
 class CompileResult:
     documents: list[dict[str, Any]] = field(default_factory=list)
+    #: Kubernetes objects the documents' pods need, kept apart from the Argo objects so that
+    #: writers can place them once per namespace: the runtime's ConfigMap.
+    runtime_objects: list[dict[str, Any]] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     @property

@@ -125,7 +125,7 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
         compiled = compile_file(path, compile_args, diagnostics)
         if diagnostics:
             print(_render(diagnostics, "human"), file=sys.stderr)
-        return 1 if compiled is None else compiled.documents
+        return 1 if compiled is None else [*compiled.runtime_objects, *compiled.documents]
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
@@ -151,7 +151,8 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") in kinds]
     if not found:
         return _fail(f"{path} holds no Workflow, WorkflowTemplate or CronWorkflow")
-    return found
+    # The runtime's ConfigMap, which every pod of the pipeline mounts, travels with it.
+    return [d for d in docs if isinstance(d, dict) and d.get("kind") == "ConfigMap"] + found
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -203,6 +204,9 @@ def _submit_documents(docs: list[dict[str, Any]], given: Mapping[str, str],
     if problem:
         return _fail(problem)
     cluster = connect(args.kubeconfig, args.context, namespace)
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            cluster.ensure_core(_in_namespace(doc, cluster.namespace))
     for doc in templates:
         cluster.apply(_in_namespace(doc, cluster.namespace))
     if not runs:

@@ -4,6 +4,7 @@ python -m durapipe.runtime exec [--grace-seconds S] [--termination-log PATH] -- 
 python -m durapipe.runtime hash PATH...
 python -m durapipe.runtime cache-key RECORD.json|-
 python -m durapipe.runtime agent --spool DIR [--uri URI]
+python -m durapipe.runtime preflight [--uri URI]
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--uri", default=None)
     agent.add_argument("--keep", type=int, default=None)
     agent.add_argument("--poll-seconds", type=float, default=0.2)
+
+    check = commands.add_parser("preflight",
+                                help="check this Python can run the runtime and open the store")
+    check.add_argument("--uri", default=None)
     return parser
 
 
@@ -121,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep=options.keep,
             poll_seconds=options.poll_seconds,
         )
+    if options.subcommand == "preflight":
+        from durapipe.runtime.agent import preflight
+
+        return preflight(options.uri)
     raise AssertionError(options.subcommand)
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from durapipe.runtime.checkpoint import (
     write_result,
 )
 from durapipe.runtime.podstatus import record_pod_status
-from durapipe.runtime.store import Store, open_store
+from durapipe.runtime.store import Store, StoreError, open_store, store_client
 
 log = logging.getLogger("durapipe.agent")
 DEFAULT_GRACE_SECONDS = 30.0
@@ -198,6 +199,45 @@ def _last_write(root: Path) -> float:
     return newest
 
 
+def agent_verdict(verdict: str, details: dict[str, Any]) -> str:
+    """``durapipe-agent:<verdict> {json}``: the one line that says whether uploads can happen."""
+    return f"{contract.AGENT_VERDICT_TAG}{verdict} {json.dumps(details, sort_keys=True)}"
+
+
+def open_with_verdict(uri: str) -> tuple[Store | None, int]:
+    """Open the store and print the agent's verdict line to stderr: ``ready`` with the client
+    that will upload, or ``no_store_client`` (exit status :data:`contract.EXIT_NO_STORE_CLIENT`)
+    so a pod that cannot upload fails loudly instead of losing its checkpoints."""
+    import platform
+
+    python = platform.python_version()
+    try:
+        client = store_client(uri)
+        store = open_store(uri)
+    except StoreError as error:
+        print(agent_verdict("no_store_client", {"uri": uri, "python": python,
+                                                "error": str(error)}),
+              file=sys.stderr, flush=True)
+        return None, contract.EXIT_NO_STORE_CLIENT
+    print(agent_verdict("ready", {"uri": uri, "python": python, "client": client}),
+          file=sys.stderr, flush=True)
+    return store, 0
+
+
+def preflight(uri: str | None = None) -> int:
+    """The init container's check, in the stage's own image before the trainer starts: the
+    image's Python runs the runtime (the zipapp's entry refuses < 3.10), and a client for the
+    checkpoint store exists."""
+    uri = uri or os.environ.get(contract.ENV_CHECKPOINT_URI)
+    if not uri:
+        import platform
+
+        print(agent_verdict("ready", {"python": platform.python_version(), "client": None}),
+              file=sys.stderr, flush=True)
+        return 0
+    return open_with_verdict(uri)[1]
+
+
 def run_agent(
     *,
     spool: str | None = None,
@@ -212,7 +252,10 @@ def run_agent(
         log.error("no checkpoint URI (--uri or %s)", contract.ENV_CHECKPOINT_URI)
         return contract.EXIT_USAGE
     keep = keep or int(os.environ.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP)
-    agent = UploadAgent(spool_dir, open_store(uri), keep=keep, grace_seconds=grace_from_env())
+    store, code = open_with_verdict(uri)
+    if store is None:
+        return code
+    agent = UploadAgent(spool_dir, store, keep=keep, grace_seconds=grace_from_env())
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         agent.stopping.set()

@@ -105,3 +105,21 @@ TERMINATION_MESSAGE_LIMIT: Final = 4096
 #: "thread" (upload from a thread of the training process) or "sidecar" (hand over to the
 #: upload agent through the spool directory).
 ENV_UPLOADER: Final = "DURAPIPE_UPLOADER"
+#: Which client opens a remote store: "obstore", "stdlib" (the runtime's own S3 client) or
+#: unset (obstore when the image has it, else the stdlib client; docs/runtime.md).
+ENV_STORE_CLIENT: Final = "DURAPIPE_STORE_CLIENT"
+#: The pod's own name and namespace (downward API), for the agent's pod-status fallback.
+ENV_POD_NAME: Final = "POD_NAME"
+ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
+#: Exit status of the agent and of the preflight check when no client can open the store.
+EXIT_NO_STORE_CLIENT: Final = 65
+#: The tag of the agent's and the preflight check's one-line verdicts.
+AGENT_VERDICT_TAG: Final = "durapipe-agent:"
+#: Forces the content-hash algorithm ("sha256" or "blake3"); trainer and agent must agree.
+ENV_CONTENT_HASH: Final = "DURAPIPE_CONTENT_HASH"
+#: What the upload agent reads: passed to the sidecar by these exact names, never by prefix,
+#: so a user variable that happens to start with ``DURAPIPE_`` stays in the main container.
+AGENT_ENV: Final = (
+    ENV_PIPELINE, ENV_STAGE, ENV_RUN_ID, ENV_ATTEMPT, ENV_STORE_URI, ENV_CHECKPOINT_URI,
+    ENV_CHECKPOINT_KEEP, ENV_SPOOL_DIR, ENV_GRACE_SECONDS, ENV_STORE_CLIENT, ENV_CONTENT_HASH,
+)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-ENV_CONTENT_HASH = "DURAPIPE_CONTENT_HASH"
+from durapipe.runtime import contract
+
+ENV_CONTENT_HASH = contract.ENV_CONTENT_HASH
 _CHUNK = 8 * 1024 * 1024
 #: Files at least this large are hashed through mmap by blake3 with all cores.
 _MMAP_THRESHOLD = 16 * 1024 * 1024

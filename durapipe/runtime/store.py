@@ -1,6 +1,7 @@
-"""Object-store backends for checkpoints: the local filesystem (stdlib) and obstore (S3/GCS/Azure).
+"""Object-store backends for checkpoints: the local filesystem, obstore (S3/GCS/Azure) and a
+stdlib S3 client (:mod:`durapipe.runtime.s3`) for images without obstore.
 
-Both offer the handful of operations the commit protocol needs, with one error vocabulary:
+All offer the handful of operations the commit protocol needs, with one error vocabulary:
 :class:`NotFound`, :class:`AlreadyExists` (a create-only put lost), :class:`TransientStoreError`
 (worth retrying) and anything else (a bug or a permission problem: not retried).
 obstore is imported only when a remote URI is opened.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
+from durapipe.runtime import contract
 from durapipe.runtime.hashing import copy_and_hash, default_algorithm, hash_file, new_hasher
 
 T = TypeVar("T")
@@ -470,10 +473,51 @@ def s3_etag(path: Path, part_size: int) -> str:
     return f"{combined}-{len(parts)}"
 
 
+class NoStoreClient(StoreError):
+    """Nothing in this Python can open the URI (no obstore, and no stdlib client for it)."""
+
+
+def obstore_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("obstore") is not None
+
+
+def store_client(uri: str) -> str:
+    """Which client would open ``uri``: ``local``, ``obstore`` or ``stdlib-s3``.
+
+    obstore when the image has it (S3, GCS, Azure; multipart, parallel ranges); otherwise the
+    runtime's own S3 client for ``s3://``; ``DURAPIPE_STORE_CLIENT`` forces one.  Raises
+    :class:`NoStoreClient` with what to install when neither can.
+    """
+    scheme = urlparse(uri).scheme
+    if scheme in ("", "file"):
+        return "local"
+    forced = os.environ.get(contract.ENV_STORE_CLIENT, "")
+    if forced not in ("", "obstore", "stdlib"):
+        raise NoStoreClient(f"{contract.ENV_STORE_CLIENT}={forced!r}: use obstore or stdlib")
+    s3 = scheme in ("s3", "s3a")
+    if forced == "stdlib" or (not forced and s3 and not obstore_importable()):
+        if not s3:
+            raise NoStoreClient(f"{uri}: the stdlib client speaks S3 only; install obstore "
+                                "(pip install obstore) in the stage's image")
+        return "stdlib-s3"
+    if not obstore_importable():
+        raise NoStoreClient(f"{uri}: needs obstore, which this Python ({sys.executable}) "
+                            "cannot import; install it in the stage's image "
+                            "(pip install obstore)")
+    return "obstore"
+
+
 def open_store(uri: str, **options: Any) -> Store:
-    """A store for ``file:///path``, a plain path, or any URI obstore understands."""
+    """A store for ``file:///path``, a plain path, or a remote URI (see :func:`store_client`)."""
     parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
+    client = store_client(uri)
+    if client == "local":
         path = unquote(parsed.path) if parsed.scheme == "file" else uri
         return LocalStore(path, **options)
+    if client == "stdlib-s3":
+        from durapipe.runtime.s3 import StdlibS3Store
+
+        return StdlibS3Store(uri)
     return ObStore(uri, **options)

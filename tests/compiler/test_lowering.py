@@ -250,17 +250,23 @@ def test_runtime_is_injected_with_wrapper_init_container_sidecar_and_grace() -> 
         "python3", "/var/run/durapipe/bin/durapipe-runtime.pyz", "exec", "--", "python", "train.py",
     ]
     assert main["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    runtime_mount = {"name": "durapipe-runtime", "mountPath": "/var/run/durapipe/bin",
+                     "readOnly": True}
     assert main["volumeMounts"] == [
         {"name": "durapipe", "mountPath": "/var/run/durapipe"},
+        runtime_mount,
         {"name": "durapipe-checkpoint", "mountPath": "/ckpt"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     assert t["volumes"][-1] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+    # The runtime comes from the ConfigMap; the preflight runs in the stage's own image.
     (init,) = t["initContainers"]
-    assert init["command"] == ["cp", "/opt/durapipe/durapipe-runtime.pyz",
-                               "/var/run/durapipe/bin/durapipe-runtime.pyz"]
-    assert init["volumeMounts"] == [{"name": "durapipe", "mountPath": "/var/run/durapipe/bin",
-                                     "subPath": "bin"}]
+    assert init["image"] == main["image"]
+    assert init["command"] == ["python3", "/var/run/durapipe/bin/durapipe-runtime.pyz",
+                               "preflight", "--uri",
+                               "s3://b/p/demo/runs/{{workflow.name}}/train/checkpoints"]
+    assert init["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    assert init["volumeMounts"] == [runtime_mount]
     (sidecar,) = t["sidecars"]
     assert sidecar["name"] == "durapipe-uploader"
     assert sidecar["envFrom"] == [{"secretRef": {"name": "creds"}}]
@@ -568,7 +574,7 @@ def test_multi_node_jobset_manifest() -> None:
     # A Job pod completes when its regular containers have: the uploader is a native sidecar.
     assert [c["name"] for c in pod["containers"]] == ["main"]
     assert [(c["name"], c.get("restartPolicy")) for c in pod["initContainers"]] == [
-        ("durapipe-install", None), ("durapipe-uploader", "Always")]
+        ("durapipe-preflight", None), ("durapipe-uploader", "Always")]
 
 
 #: JobSet v0.12.0's webhook, ../shared/jobset/v0.12.0/src/pkg/webhooks/jobset_webhook.go:418
