@@ -11,6 +11,8 @@ the whole set for that reason without counting it.  Argo waits on the scalar
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from durapipe.compiler.argo_pod import (
@@ -20,6 +22,7 @@ from durapipe.compiler.argo_pod import (
     memoize,
     pod_env,
     scheduling,
+    strategic_merge,
     stage_metadata,
     user_env,
     volumes,
@@ -119,12 +122,18 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     pod_spec: Json = {"restartPolicy": "Never"}
     if plan.pod.grace_seconds is not None:
         pod_spec["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
-    if ctx.pipeline.service_account:
-        pod_spec["serviceAccountName"] = ctx.pipeline.service_account
+    account = ctx.pipeline.service_account or ctx.options.service_account
+    if account:
+        pod_spec["serviceAccountName"] = account
+    if ctx.pipeline.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in ctx.pipeline.image_pull_secrets]
     pod_spec.update(scheduling(ctx, plan, variant))
     pod_spec["initContainers"] = [init_container(ctx)]
     pod_spec["containers"] = [main] if sidecar is None else [main, sidecar]
     pod_spec["volumes"] = volumes(plan)
+    if stage.pod_patch is not None:  # a JobSet pod has no podSpecPatch: applied here
+        patched: Json = strategic_merge(pod_spec, json.loads(stage.pod_patch))
+        return patched
     return pod_spec
 
 

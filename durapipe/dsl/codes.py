@@ -156,6 +156,39 @@ or `backoff_factor` without a `backoff` (there is no delay to grow or cap)."""),
 `timezone` must name a zone of the IANA time zone database (`Europe/Berlin`, `America/New_York`,
 `UTC`), as Argo's CronWorkflow controller loads it with Go's `time.LoadLocation`; a misspelt
 zone would be accepted by `check` and refused by the cluster."""),
+    Code("P0340", "invalid Kubernetes name", """
+Names of Kubernetes objects that a stage refers to (`service_account`, `priority_class`,
+`image_pull_secrets`, the `claim`, `secret` and `config_map` of a volume, the name in
+`secret("name", "key")` and `config_map("name", "key")`) are DNS-1123 subdomains: lower-case
+letters, digits, `-` and `.`, at most 253 characters, starting and ending alphanumeric.  A
+volume's own name is a DNS-1123 label (no `.`, at most 63).  The API server refuses the pod
+otherwise."""),
+    Code("P0341", "invalid node label key or value", """
+`node_selector` and `affinity` name node labels.  A key is `[prefix/]name`, the prefix a DNS
+subdomain and the name at most 63 letters, digits, `-`, `_` and `.`; a value is empty or at most
+63 such characters, starting and ending alphanumeric.
+
+    node_selector { "example.com/pool" = "gpu-a" }"""),
+    Code("P0342", "invalid toleration", """
+A toleration is written as `kubectl taint` writes the taint it tolerates: `key`,
+`key:Effect`, `key=value` or `key=value:Effect`, the effect one of `NoSchedule`,
+`PreferNoSchedule` and `NoExecute`.  Without `=value` it tolerates every value of the key.
+
+    tolerations = ["nvidia.com/gpu:NoSchedule", "dedicated=ml:NoSchedule"]"""),
+    Code("P0343", "invalid volume", """
+A volume names exactly one source (`claim`, `secret` or `config_map`) and is mounted at an
+absolute `path` that no other volume uses and that does not overlap what the compiled pod mounts
+itself (`/var/run/durapipe`, `/dev/shm`, the checkpoint path).
+
+    volumes { data { claim = "datasets" path = "/data" read_only = true } }"""),
+    Code("P0344", "`pod_patch` does not fit the Pod spec", """
+`pod_patch` is a JSON strategic-merge patch of the pod spec.  It is checked against the
+Kubernetes PodSpec schema (the one JobSet v0.12.0's CRD embeds): every key must be a field at its
+place, and every value of the field's type.  `$patch` directives and `null` (delete) pass."""),
+    Code("P0345", "`schedule` conflicts with the output kind", """
+A pipeline with a `schedule` compiles to a CronWorkflow.  Asking for a Workflow or a
+WorkflowTemplate (`kind = ...` or `--kind`) would drop the schedule, so it is an error: drop
+`kind`, or drop `schedule`."""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example
