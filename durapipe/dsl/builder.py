@@ -336,7 +336,10 @@ class _Converter:
             return {str(k): self.member(str(k), v, lw.BlockSchema(kind.schema),
                                         (*loc, str(k)), site) for k, v in value.items()}
         if name == "pod_patch" and isinstance(value, Mapping):
-            return json.dumps(value)  # the text front end's JSON; finish_stage canonicalises
+            try:  # the text front end's JSON; finish_stage canonicalises it
+                return json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
+                return self.plain(value, loc)  # not JSON: typecheck reports the type
         if name == "script" and isinstance(value, str):
             return value  # verbatim, like a heredoc: shell `${VAR}` must survive
         plain = self.plain(value, loc)
