@@ -158,7 +158,8 @@ def test_rbac_has_exactly_what_the_pods_use() -> None:
                                     "namespace": "ml-training"}]
     multi = load_path(REPO / "examples" / "multinode_pretrain.pipe").pipeline
     assert multi is not None
-    assert rbac_documents(multi)[1]["rules"][-1] == {
+    [multi_role] = [d for d in rbac_documents(multi) if d["kind"] == "Role"]
+    assert multi_role["rules"][-1] == {
         "apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "get"]}
 
 
