@@ -117,31 +117,39 @@ def test_pre_commit_hooks_run_with_try_repo(tmp_path: Path) -> None:
                                "--verbose"], cwd=user, env=env, capture_output=True,
                               text=True, timeout=600, check=False)
 
-    # durapipe-compile needs its output directory; try-repo cannot pass args, so it runs
-    # through a config, as a user's repository holds it.
-    for hook in ("durapipe-fmt", "durapipe-check"):
-        proc = try_repo(hook)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    config = user / ".pre-commit-config.yaml"
+    # try-repo installs the checkout as it is (uncommitted changes included) ...
+    proc = try_repo("durapipe-fmt")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "durapipe fmt --check" in proc.stdout
+    # ... and durapipe-compile needs its output directory as args, which only a config
+    # gives: the user's `.pre-commit-config.yaml`, at this checkout's HEAD (one more install,
+    # shared by the three hooks).
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                           text=True, check=True).stdout.strip()
-    config.write_text(yaml.safe_dump({"repos": [{"repo": str(REPO), "rev": head, "hooks": [
-        {"id": "durapipe-compile", "args": ["-o", "deploy/"]}]}]}))
+    (user / ".pre-commit-config.yaml").write_text(yaml.safe_dump({"repos": [{
+        "repo": str(REPO), "rev": head, "hooks": [
+            {"id": "durapipe-fmt"}, {"id": "durapipe-check"},
+            {"id": "durapipe-compile", "args": ["-o", "deploy/"]}]}]}))
     _git(user, "add", "-A")
-    run = [pre_commit, "run", "--all-files", "--verbose"]
-    proc = subprocess.run(run, cwd=user, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def run(hook: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([pre_commit, "run", hook, "--all-files", "--verbose"], cwd=user,
+                              env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+
+    for hook in ("durapipe-fmt", "durapipe-check", "durapipe-compile"):
+        proc = run(hook)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
     # A stale compiled file, a badly formatted file and an error each fail their hook.
     (user / "train.pipe").write_text((user / "train.pipe").read_text().replace(
         "attempts = 1", "attempts = 2", 1) + "\n\n\n")
     _git(user, "add", "-A")
-    proc = subprocess.run(run, cwd=user, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 1 and "stale" in proc.stdout + proc.stderr, proc.stdout
-    proc = try_repo("durapipe-fmt")
+    proc = run("durapipe-compile")
+    assert proc.returncode == 1 and "stale" in proc.stdout, proc.stdout
+    proc = run("durapipe-fmt")
     assert proc.returncode == 1, proc.stdout
+    assert run("durapipe-check").returncode == 0
     (user / "train.pipe").write_text("pipeline \"x\" {\n  colour = 1\n}\n")
     _git(user, "add", "-A")
-    proc = try_repo("durapipe-check")
+    proc = run("durapipe-check")
     assert proc.returncode == 1 and "P0201" in proc.stdout, proc.stdout

@@ -54,3 +54,26 @@ def test_argo_validator_resolves_template_refs_of_a_split_pipeline(tmp_path: Pat
     results = argo_check([out])
     assert [r.kind for r in results] == ["WorkflowTemplate", "WorkflowTemplate", "Workflow"]
     assert [r.error for r in results if not r.ok] == []
+
+
+def test_argo_validator_accepts_gitops_output_and_cluster_settings(tmp_path: Path) -> None:
+    """`-o DIR/` output (WorkflowTemplates, CronWorkflows, named Workflows) and every cluster
+    setting, `pod_patch` included, pass Argo's own validation."""
+    from durapipe.cli import main
+    from tests.argo.argo_tools import argo_check
+    from tests.compiler.test_cluster_settings import SETTINGS
+
+    settings = tmp_path / "settings.pipe"
+    settings.write_text(SETTINGS)
+    scheduled = tmp_path / "scheduled.pipe"
+    scheduled.write_text(SETTINGS.replace('pipeline "p" {', 'pipeline "nightly" {\n'
+                                          '  schedule = "0 3 * * *"'))
+    sources = [*(str(p) for p in sorted((REPO / "examples").glob("*.pipe"))), str(settings),
+               str(scheduled)]
+    out = tmp_path / "deploy"
+    assert main(["compile", *sources, "-o", f"{out}/"]) == 0
+    runs = tmp_path / "runs"
+    assert main(["compile", *sources[:-1], "-o", f"{runs}/", "--kind", "workflow"]) == 0
+    results = argo_check([out, runs])
+    assert {r.kind for r in results} == {"WorkflowTemplate", "CronWorkflow", "Workflow"}
+    assert [(r.file, r.error) for r in results if not r.ok] == []
