@@ -26,23 +26,23 @@ RUNTIME_ROOT = "/var/run/durapipe"
 RESERVED_MOUNTS = (RUNTIME_ROOT, "/dev/shm")
 
 
+def _syntax_problem(value: str, limit: int, pattern: re.Pattern[str], rule: str) -> str | None:
+    if len(value) > limit:
+        return f"longer than {limit} characters"
+    return None if pattern.match(value) else rule
+
+
 def dns_label_problem(value: str) -> str | None:
     """A DNS-1123 label: volume names (at most 63 characters)."""
-    if len(value) > 63:
-        return "longer than 63 characters"
-    if not _DNS1123_LABEL.match(value):
-        return "not lower-case letters, digits and `-`, starting and ending alphanumeric"
-    return None
+    return _syntax_problem(value, 63, _DNS1123_LABEL, "not lower-case letters, digits and "
+                           "`-`, starting and ending alphanumeric")
 
 
 def dns_subdomain_problem(value: str) -> str | None:
     """A DNS-1123 subdomain: most object names (ServiceAccount, Secret, ConfigMap, PVC,
     PriorityClass), at most 253 characters."""
-    if len(value) > 253:
-        return "longer than 253 characters"
-    if not _DNS1123_SUBDOMAIN.match(value):
-        return "not lower-case letters, digits, `-` and `.`, starting and ending alphanumeric"
-    return None
+    return _syntax_problem(value, 253, _DNS1123_SUBDOMAIN, "not lower-case letters, digits, "
+                           "`-` and `.`, starting and ending alphanumeric")
 
 
 def label_key_problem(key: str) -> str | None:
@@ -52,22 +52,16 @@ def label_key_problem(key: str) -> str | None:
         return "the prefix before `/` is not a DNS subdomain"
     if not name:
         return "empty name"
-    if len(name) > 63:
-        return "the name is longer than 63 characters"
-    if not _QUALIFIED.match(name):
-        return "not letters, digits, `-`, `_` and `.`, starting and ending alphanumeric"
-    return None
+    problem = _syntax_problem(name, 63, _QUALIFIED, _QUALIFIED_RULE)
+    return f"the name is {problem}" if problem and problem.startswith("longer") else problem
+
+
+_QUALIFIED_RULE = "not letters, digits, `-`, `_` and `.`, starting and ending alphanumeric"
 
 
 def label_value_problem(value: str) -> str | None:
     """A label value: empty, or a qualified name's syntax of at most 63 characters."""
-    if value == "":
-        return None
-    if len(value) > 63:
-        return "longer than 63 characters"
-    if not _QUALIFIED.match(value):
-        return "not letters, digits, `-`, `_` and `.`, starting and ending alphanumeric"
-    return None
+    return None if value == "" else _syntax_problem(value, 63, _QUALIFIED, _QUALIFIED_RULE)
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,10 @@ def test_output_file_and_directory_with_kustomization(tmp_path: Path) -> None:
     assert main(["compile", SPOT, GPU, "-o", f"{out}/", "--kind", "template",
                  "--kustomization"]) == 0
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["kustomization.yaml", "llm-finetune.yaml", "spot-training.yaml"]
+    assert files == ["kustomization.yaml", "llm-finetune.rbac.yaml", "llm-finetune.yaml",
+                     "spot-training.rbac.yaml", "spot-training.yaml"]
     kust = yaml.safe_load((out / "kustomization.yaml").read_text())
-    assert kust["resources"] == ["llm-finetune.yaml", "spot-training.yaml"]
+    assert kust["resources"] == files[1:]
     doc = yaml.safe_load((out / "spot-training.yaml").read_text())
     assert doc["kind"] == "WorkflowTemplate" and doc["metadata"]["name"] == "spot-training"
 
