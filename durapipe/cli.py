@@ -1,7 +1,8 @@
 """The ``durapipe`` command line: check, fmt, explain, compile.
 
-Each command imports what it needs when it runs, so ``durapipe check`` does not pay for the
-compiler and ``--help`` pays for nothing.  Exit codes: 0 clean, 1 diagnostics with errors (or
+Each command imports what it needs when it runs, so ``durapipe check`` pays for the compiler
+only on a file the front end accepts (to find what the lowering refuses) and ``--help`` pays for
+nothing.  Exit codes: 0 clean, 1 diagnostics with errors (or
 stale files under ``--check``), 2 usage errors.
 """
 
@@ -11,8 +12,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from durapipe import __version__
+
+if TYPE_CHECKING:
+    from durapipe.dsl.diagnostics import Diagnostic
+    from durapipe.dsl.model import Pipeline
+    from durapipe.dsl.source import SourceMap
 
 
 def _color(stream: object) -> bool:
@@ -25,7 +32,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     everything: list[dg.Diagnostic] = []
     for path in args.files:
-        everything += load_path(path).diagnostics
+        loaded = load_path(path)
+        everything += loaded.diagnostics
+        if loaded.pipeline is not None and loaded.ok:
+            everything += _lowering_errors(path, loaded.pipeline, loaded.source_map)
     if not args.warnings:
         shown = [d for d in everything if d.is_error]
     else:
@@ -41,6 +51,19 @@ def cmd_check(args: argparse.Namespace) -> int:
                    if errors else f"{files} file{'s' * (files != 1)} ok")
         print(("\n" if shown else "") + summary, file=sys.stderr)
     return 1 if errors else 0
+
+
+def _lowering_errors(path: str, pipeline: Pipeline, source_map: SourceMap) -> list[Diagnostic]:
+    """What ``durapipe compile`` (default options) would refuse in a file the front end
+    accepts: generated names that collide (P0402), GPU requests or multi-node settings Argo
+    cannot carry.  These rules need the lowering's own names and plan, so ``check`` runs it
+    rather than restating them, and ``check`` and ``compile`` cannot disagree."""
+    from durapipe.compiler import CompileOptions, compile_pipeline
+    from durapipe.compiler.cli import display_path
+
+    result = compile_pipeline(pipeline, CompileOptions(
+        source_map=source_map, source_path=display_path(path)))
+    return [d for d in result.diagnostics if d.is_error]
 
 
 def cmd_fmt(args: argparse.Namespace) -> int:

@@ -38,7 +38,6 @@ def compile_pipeline(pipeline: Any, options: CompileOptions | None = None) -> Co
 
 def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     from durapipe.compiler import argo_stage, argo_workflow, plan
-    from durapipe.compiler.argo_text import check_literal
     from durapipe.compiler.context import Context
     from durapipe.dsl import catalog
     from durapipe.dsl.diagnostics import sort_unique
@@ -62,10 +61,6 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     if not pipeline.stages:
         ctx.error("P0202", f"pipeline `{pipeline.name}` has no stages; Argo needs at least one "
                   "task", ("stages",))
-    if pipeline.storage:
-        check_literal(ctx, pipeline.storage, ("storage",))
-    for key, value in sorted(pipeline.annotations.items()):
-        check_literal(ctx, value, ("annotations", key))
     planned = plan.plan_pipeline(pipeline,
                                  checkpoint_grace_seconds=options.checkpoint_grace_seconds)
     lowered = [argo_stage.lower_stage(ctx, stage) for stage in planned.stages]

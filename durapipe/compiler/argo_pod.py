@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from durapipe.compiler import memo, naming
-from durapipe.compiler.argo_text import input_path, render_text
+from durapipe.compiler.argo_text import input_path, kubelet_literal, render_text
 from durapipe.compiler.context import Context, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import (
@@ -67,8 +67,96 @@ def spot_selector(ctx: Context) -> dict[str, str]:
     return dict(ctx.pipeline.cluster.spot_selector or ctx.profile.spot_selector)
 
 
-def on_demand_selector(ctx: Context) -> dict[str, str]:
-    return dict(ctx.pipeline.cluster.on_demand_selector or ctx.profile.on_demand_selector)
+def on_demand_requirements(ctx: Context) -> tuple[catalog.Requirement, ...]:
+    """What the on-demand attempt's node must satisfy: the labels the pipeline says its
+    on-demand nodes carry, else "not the spot labels" (the pipeline's, or the profile's)."""
+    cluster = ctx.pipeline.cluster
+    if cluster.on_demand_selector:
+        return tuple(catalog.Requirement(k, "In", (v,))
+                     for k, v in sorted(cluster.on_demand_selector.items()))
+    if cluster.spot_selector:
+        return tuple(catalog.Requirement(k, "NotIn", (v,))
+                     for k, v in sorted(cluster.spot_selector.items()))
+    return ctx.profile.on_demand
+
+
+def _expression(key: str, operator: str, values: list[str]) -> Json:
+    return {"key": key, "operator": operator, "values": values}
+
+
+def require(t: Json, expressions: list[Json]) -> None:
+    """AND ``expressions`` into the required node affinity of template ``t`` (every term)."""
+    node = t.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution",
+                               {"nodeSelectorTerms": []})
+    terms = required["nodeSelectorTerms"]
+    if not terms:
+        terms.append({"matchExpressions": []})
+    for term in terms:
+        term["matchExpressions"] = [*term.get("matchExpressions", []), *expressions]
+
+
+def _without_spot(ctx: Context, t: Json) -> list[Json]:
+    """Drop the spot labels from ``t``'s nodeSelector; the spot tolerations it holds."""
+    spot = spot_selector(ctx)
+    selector = {k: v for k, v in t.get("nodeSelector", {}).items() if k not in spot}
+    if selector:
+        t["nodeSelector"] = selector
+    else:
+        t.pop("nodeSelector", None)
+    spot_tolerations = [_toleration(x) for x in ctx.profile.spot_tolerations]
+    return [x for x in t.get("tolerations", []) if x in spot_tolerations]
+
+
+def on_demand_outright(ctx: Context, t: Json) -> None:
+    """A task that runs once and is the stage's last attempt: on-demand capacity outright,
+    with no spot label asked for and no spot taint tolerated."""
+    dropped = _without_spot(ctx, t)
+    kept = [x for x in t.get("tolerations", []) if x not in dropped]
+    if kept:
+        t["tolerations"] = kept
+    else:
+        t.pop("tolerations", None)
+    require(t, [_expression(r.key, r.operator, list(r.values))
+                for r in on_demand_requirements(ctx)])
+
+
+#: A toleration value no node's taint has: what a spot toleration becomes on the on-demand
+#: attempt, so that attempt tolerates no spot taint (a template cannot drop a list item).
+NO_TAINT = "durapipe-on-demand"
+
+
+def on_demand_on_last_retry(ctx: Context, t: Json, limit: int) -> None:
+    """The last task of an interruptible stage, whose retry ``limit`` is the stage's last
+    attempt: spot for retries below ``limit``, on-demand at it.  A ``nodeSelector`` entry
+    cannot be removed by a template expression and GKE and AKS on-demand nodes carry no label
+    to select, so the spot labels move into node affinity, whose operator and value switch on
+    Argo's ``retries``; the spot tolerations switch to a value no taint has."""
+    def pick(on_demand: str, spot: str) -> str:
+        if on_demand == spot:
+            return spot
+        return "{{=asInt(retries) >= " + str(limit) + f" ? '{on_demand}' : '{spot}'}}}}"
+
+    spot = spot_selector(ctx)
+    wanted = {r.key: r for r in on_demand_requirements(ctx)}
+    expressions: list[Json] = []
+    for key in sorted(spot):
+        value = spot[key]
+        od = wanted.pop(key, None)
+        if od is None or len(od.values) != 1:
+            od = catalog.Requirement(key, "NotIn", (value,))
+        expressions.append(_expression(key, pick(od.operator, "In"),
+                                       [pick(od.values[0], value)]))
+    for r in wanted.values():
+        # "Not spot" holds on spot attempts too when it is about another label (GKE's
+        # preemptible one); an on-demand label is avoided by the spot attempts.
+        operator = r.operator if r.operator == "NotIn" else pick(r.operator, "NotIn")
+        expressions.append(_expression(r.key, operator, list(r.values)))
+    spot_tolerations = _without_spot(ctx, t)
+    t["tolerations"] = [
+        {**x, "value": pick(NO_TAINT, str(x["value"]))} if x in spot_tolerations else x
+        for x in t.get("tolerations", [])]
+    require(t, expressions)
 
 
 def _preferred_types(ctx: Context, products: list[str]) -> Json:
@@ -218,7 +306,9 @@ def cluster_site(ctx: Context, plan: StagePlan, attempt: str, *,
 
 
 def env_list(pairs: list[tuple[str, str]]) -> list[Json]:
-    return [{"name": name, "value": value} for name, value in pairs]
+    """Contract variables: their values carry user text (output and checkpoint paths, the
+    storage URI), which the kubelet would expand like any ``env[].value``."""
+    return [{"name": name, "value": kubelet_literal(value)} for name, value in pairs]
 
 
 def pod_env(ctx: Context, plan: StagePlan, variant: Variant, attempt: str, *,
@@ -403,10 +493,10 @@ def resources_patch(ctx: Context, *, memory: bool, gpu_count: bool) -> Json:
     return {"name": "main", "resources": resources}
 
 
-def pod_spec_patch(ctx: Context, plan: StagePlan, limit: int, *, memory_param: bool = False,
+def pod_spec_patch(ctx: Context, plan: StagePlan, *, memory_param: bool = False,
                    gpu_count_param: bool = False) -> str | None:
-    """Template ``podSpecPatch``: grace period, the last attempt on on-demand capacity, and
-    the main container's memory or GPU count from the task's inputs."""
+    """Template ``podSpecPatch``: grace period, and the main container's memory or GPU count
+    from the task's inputs (the on-demand last attempt is ``on_demand_on_last_retry``)."""
     stage = plan.stage
     patch: Json = {}
     if memory_param or gpu_count_param:
@@ -414,17 +504,6 @@ def pod_spec_patch(ctx: Context, plan: StagePlan, limit: int, *, memory_param: b
                                                gpu_count=gpu_count_param)]
     if plan.pod.grace_seconds is not None:
         patch["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
-    if stage.interruptible and stage.last_attempt_on_demand and limit > 0:
-        spot = spot_selector(ctx)
-        demand = on_demand_selector(ctx)
-        selector: Json = {}
-        for key in sorted(spot):
-            if key in demand:
-                selector[key] = (
-                    f"{{{{=asInt(retries) >= {limit} ? '{demand[key]}' : '{spot[key]}'}}}}"
-                )
-        if selector:
-            patch["nodeSelector"] = selector
     if stage.pod_patch is not None:
         patch = strategic_merge(patch, json.loads(stage.pod_patch))
     if not patch:

@@ -24,11 +24,11 @@ from durapipe.compiler.argo_pod import (
     gpu_product,
     init_container,
     memoize,
-    on_demand_selector,
+    on_demand_on_last_retry,
+    on_demand_outright,
     pod_env,
     pod_spec_patch,
     scheduling,
-    spot_selector,
     stage_metadata,
     user_env,
     volumes,
@@ -36,7 +36,6 @@ from durapipe.compiler.argo_pod import (
 )
 from durapipe.compiler.argo_text import (
     artifact_input_name,
-    check_literal,
     hash_param_name,
     input_path,
     render_ref,
@@ -92,17 +91,6 @@ def check_texts(ctx: Context, plan: StagePlan) -> None:
         ctx.error("P0319", "`args` has no effect on a `script` stage", (*loc, "args"))
     for name, ref in sorted(stage.inputs.items()):
         render_ref(ctx, ref, (*loc, "inputs", name))
-    if stage.workdir is not None:
-        check_literal(ctx, stage.workdir, (*loc, "workdir"))
-    if stage.script is not None:
-        check_literal(ctx, stage.script, (*loc, "script"))
-    for name, path in sorted(stage.outputs.items()):
-        check_literal(ctx, path, (*loc, "outputs", name))
-    if stage.checkpoint is not None:
-        check_literal(ctx, stage.checkpoint.path, (*loc, "checkpoint", "path"))
-    for field_name, mapping in (("labels", stage.labels), ("annotations", stage.annotations)):
-        for key, value in sorted(mapping.items()):
-            check_literal(ctx, value, (*loc, field_name, key))
 
 
 # -- leaf templates ---------------------------------------------------------------------------
@@ -213,13 +201,6 @@ def attempt_text(task: TaskPlan, retried: bool, *, shared: bool = False) -> str:
     return "{{retries}}"
 
 
-def on_demand_outright(ctx: Context, selector: dict[str, str]) -> dict[str, str]:
-    """A task that runs once and is the stage's last attempt: on-demand capacity outright."""
-    spot = spot_selector(ctx)
-    demand = {k: v for k, v in on_demand_selector(ctx).items() if k in spot}
-    return dict(sorted({**selector, **demand}.items()))
-
-
 def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json | None,
                    t: Json, *, shared: bool = False, varying: Varying | None = None) -> None:
     """The leaf's main container (or script) and its upload sidecar, into ``t``.  What
@@ -274,8 +255,11 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
     if varying.gpu:
         t["nodeSelector"] = {**t.get("nodeSelector", {}),
                              gpu_label(ctx): "{{inputs.parameters.gpu-product}}"}
-    if task.last and strategy is None and stage.interruptible and stage.last_attempt_on_demand:
-        t["nodeSelector"] = on_demand_outright(ctx, t.get("nodeSelector", {}))
+    if task.last and stage.interruptible and stage.last_attempt_on_demand:
+        if strategy is None:
+            on_demand_outright(ctx, t)
+        elif task.limit > 0:
+            on_demand_on_last_retry(ctx, t, task.limit)
     if stage.timeout is not None:
         t["activeDeadlineSeconds"] = str(stage.timeout)
     if task.probe and task.variant.pending_timeout is not None:
@@ -286,8 +270,7 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
         m = memoize(ctx, plan, hash_inputs)
         if m is not None:
             t["memoize"] = m
-    patch = pod_spec_patch(ctx, plan, task.limit if (strategy is not None and task.last) else 0,
-                           memory_param=varying.rung, gpu_count_param=varying.gpu_count)
+    patch = pod_spec_patch(ctx, plan, memory_param=varying.rung, gpu_count_param=varying.gpu_count)
     if patch is not None:
         t["podSpecPatch"] = patch
     t["volumes"] = volumes(plan)
@@ -553,5 +536,4 @@ LOWERERS: dict[str, Callable[[Context, StagePlan], LoweredStage]] = {
 
 
 def lower_stage(ctx: Context, plan: StagePlan) -> LoweredStage:
-    check_literal(ctx, plan.stage.image, ("stages", plan.index, "image"))
     return LOWERERS[plan.kind](ctx, plan)

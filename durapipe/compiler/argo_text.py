@@ -13,16 +13,25 @@ from durapipe.dsl.model import Ref, Text
 INPUTS_ROOT = f"{RUNTIME_ROOT}/inputs"
 
 
-def check_literal(ctx: Context, text: str, loc: Loc, *, before_ref: bool = False) -> str:
-    """User text that reaches a templated Argo field: refuse anything Argo would substitute."""
-    if "{{" in text or (before_ref and text.endswith("{")):
-        ctx.error(
-            "P0404",
-            f"{text[:60]!r} contains `{{{{`, which Argo would treat as a template",
-            loc,
-            help="Argo has no escape for `{{`; build this text inside the command at run time",
-        )
-    return text
+def kubelet_literal(text: str) -> str:
+    """``text`` escaped so that the kubelet's ``$(VAR)`` expansion gives it back unchanged.
+
+    The kubelet expands ``command``, ``args`` and ``env[].value`` with
+    ``k8s.io/kubernetes/third_party/forked/golang/expansion.Expand``: ``$$`` becomes ``$``,
+    ``$(NAME)`` becomes NAME's value when the container defines NAME (and stays as written
+    otherwise), and any other ``$`` is kept.  So a ``$`` must be doubled exactly when the next
+    character is ``$`` or ``(``; doubling every ``$`` would also be exact, but would rewrite
+    every shell ``$HOME`` in the output for nothing.  (Argo's own ``{{...}}`` never holds a
+    ``$``, so references are not affected; P0404 keeps ``{{`` out of user text.)
+    """
+    if "$" not in text:
+        return text
+    out: list[str] = []
+    for index, char in enumerate(text):
+        out.append(char)
+        if char == "$" and index + 1 < len(text) and text[index + 1] in "$(":
+            out.append("$")
+    return "".join(out)
 
 
 def input_path(stage: str, output: str) -> str:
@@ -53,16 +62,12 @@ def render_ref(ctx: Context, ref: Ref, loc: Loc) -> str:
 
 
 def render_text(ctx: Context, value: Text, loc: Loc) -> str:
+    """User text for a kubelet-expanded field (``command``, ``args``, ``env``): its literal
+    parts escaped (:func:`kubelet_literal`), its references lowered.  Text Argo would template
+    is the front end's P0404 (``validate``), so ``check``, ``compile`` and ``run`` agree."""
     if isinstance(value, str):
-        return check_literal(ctx, value, loc)
+        return kubelet_literal(value)
     if isinstance(value, Ref):
         return render_ref(ctx, value, loc)
-    out: list[str] = []
-    parts = value.parts
-    for index, part in enumerate(parts):
-        if isinstance(part, str):
-            follows_ref = index + 1 < len(parts) and isinstance(parts[index + 1], Ref)
-            out.append(check_literal(ctx, part, loc, before_ref=follows_ref))
-        else:
-            out.append(render_ref(ctx, part, loc))
-    return "".join(out)
+    return "".join(kubelet_literal(part) if isinstance(part, str) else render_ref(ctx, part, loc)
+                   for part in value.parts)

@@ -15,7 +15,7 @@ from typing import Any
 from durapipe.compiler import naming
 from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
 from durapipe.compiler.argo_stage import LoweredStage
-from durapipe.compiler.argo_text import artifact_input_name, check_literal, hash_param_name
+from durapipe.compiler.argo_text import artifact_input_name, hash_param_name
 from durapipe.compiler.context import Context
 from durapipe.compiler.plan import param_value
 from durapipe.dsl.model import Pipeline
@@ -33,8 +33,7 @@ def arguments(ctx: Context) -> Json:
     for i, param in enumerate(ctx.pipeline.params):
         entry: Json = {"name": param.name}
         if param.default is not None:
-            entry["value"] = check_literal(
-                ctx, param_value(param.default), ("params", i, "default"))
+            entry["value"] = param_value(param.default)
         if param.description:
             entry["description"] = param.description
         params.append(entry)
@@ -85,19 +84,23 @@ def local_refs(output: str, task: str) -> tuple[str, str]:
 
 
 def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
-    seen: dict[str, str] = {naming.ENTRYPOINT: "the entrypoint DAG"}
+    # name -> (who made it, the stage's index: None for the entrypoint)
+    seen: dict[str, tuple[str, int | None]] = {naming.ENTRYPOINT: ("the entrypoint DAG", None)}
     for item in lowered:
         for template in item.templates:
             name = str(template["name"])
             owner = f"stage `{item.plan.stage.name}`"
-            if name in seen and seen[name] != owner:
+            if name in seen and seen[name][0] != owner:
+                first, index = seen[name]
                 ctx.error(
                     "P0402",
-                    f"generated template name `{name}` of {owner} collides with {seen[name]}",
+                    f"generated template name `{name}` of {owner} collides with {first}",
                     ("stages", item.plan.index, "name"),
                     help="rename one of the stages",
+                    related=(("stages", index, "name"), f"`{name}` is also made for this "
+                             "stage") if index is not None else None,
                 )
-            seen.setdefault(name, owner)
+            seen.setdefault(name, (owner, item.plan.index))
             if len(name) > naming.MAX_ARGO_NAME or not naming.ARGO_NAME_RE.match(name):
                 ctx.error("P0402", f"generated name `{name}` is not a valid Argo name",
                           ("stages", item.plan.index, "name"))

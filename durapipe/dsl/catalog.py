@@ -33,6 +33,16 @@ class Toleration:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """One node-affinity ``matchExpressions`` entry: Kubernetes' selector semantics apply
+    (``NotIn`` also matches a node without the label)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ClusterProfile:
     name: str
     #: Node label that carries the GPU type.
@@ -40,7 +50,10 @@ class ClusterProfile:
     #: GPU type -> value of ``gpu_label``.
     gpu_products: dict[str, str]
     spot_selector: dict[str, str]
-    on_demand_selector: dict[str, str]
+    #: What an on-demand node satisfies, as node affinity: platforms that label only their
+    #: spot nodes give an on-demand node *no* such label, which a ``nodeSelector`` can never
+    #: ask for, so each requirement says "not spot" rather than "labelled on-demand".
+    on_demand: tuple[Requirement, ...]
     spot_tolerations: tuple[Toleration, ...] = field(default=())
 
 
@@ -97,7 +110,9 @@ PROFILES: dict[str, ClusterProfile] = {
         gpu_label="nvidia.com/gpu.product",
         gpu_products=_GFD_PRODUCTS,
         spot_selector={"node.kubernetes.io/capacity-type": "spot"},
-        on_demand_selector={"node.kubernetes.io/capacity-type": "on-demand"},
+        # No platform sets this label: a convention for clusters labelled by hand, where an
+        # unlabelled node is taken as on-demand.
+        on_demand=(Requirement("node.kubernetes.io/capacity-type", "NotIn", ("spot",)),),
         spot_tolerations=(
             _GENERIC_SPOT, _GKE_SPOT, _GKE_PREEMPTIBLE, _EKS_SPOT, _KARPENTER_SPOT, _AKS_SPOT,
         ),
@@ -107,7 +122,12 @@ PROFILES: dict[str, ClusterProfile] = {
         gpu_label="cloud.google.com/gke-accelerator",
         gpu_products=_GKE_ACCELERATORS,
         spot_selector={"cloud.google.com/gke-spot": "true"},
-        on_demand_selector={"cloud.google.com/gke-spot": "false"},
+        # GKE labels Spot nodes `cloud.google.com/gke-spot=true` (and preemptible ones
+        # `cloud.google.com/gke-preemptible=true`) and standard nodes with neither
+        # (https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms, "Use nodeSelector or
+        # node affinity"): `gke-spot: "false"` matched no node at all.
+        on_demand=(Requirement("cloud.google.com/gke-spot", "NotIn", ("true",)),
+                   Requirement("cloud.google.com/gke-preemptible", "NotIn", ("true",))),
         spot_tolerations=(_GKE_SPOT, _GKE_PREEMPTIBLE),
     ),
     "eks": ClusterProfile(
@@ -115,7 +135,11 @@ PROFILES: dict[str, ClusterProfile] = {
         gpu_label="nvidia.com/gpu.product",
         gpu_products=_GFD_PRODUCTS,
         spot_selector={"eks.amazonaws.com/capacityType": "SPOT"},
-        on_demand_selector={"eks.amazonaws.com/capacityType": "ON_DEMAND"},
+        # Managed node groups label every node `eks.amazonaws.com/capacityType` = ON_DEMAND or
+        # SPOT (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-groups.html,
+        # "Managed node group capacity types"; CAPACITY_BLOCK too); self-managed nodes carry no
+        # such label, and are on-demand unless the team made them spot.
+        on_demand=(Requirement("eks.amazonaws.com/capacityType", "NotIn", ("SPOT",)),),
         spot_tolerations=(_EKS_SPOT,),
     ),
     "karpenter": ClusterProfile(
@@ -123,7 +147,10 @@ PROFILES: dict[str, ClusterProfile] = {
         gpu_label="karpenter.k8s.aws/instance-gpu-name",
         gpu_products=_KARPENTER_GPU_NAMES,
         spot_selector={"karpenter.sh/capacity-type": "spot"},
-        on_demand_selector={"karpenter.sh/capacity-type": "on-demand"},
+        # Karpenter's well-known label is `on-demand`, `spot` or `reserved` (capacity
+        # reservations: https://karpenter.sh/docs/concepts/scheduling/#well-known-labels);
+        # reserved capacity is not reclaimed either, so "not spot" is the on-demand attempt.
+        on_demand=(Requirement("karpenter.sh/capacity-type", "NotIn", ("spot",)),),
         spot_tolerations=(_KARPENTER_SPOT,),
     ),
     "aks": ClusterProfile(
@@ -131,7 +158,10 @@ PROFILES: dict[str, ClusterProfile] = {
         gpu_label="nvidia.com/gpu.product",
         gpu_products=_GFD_PRODUCTS,
         spot_selector={"kubernetes.azure.com/scalesetpriority": "spot"},
-        on_demand_selector={"kubernetes.azure.com/scalesetpriority": "regular"},
+        # AKS labels and taints Spot pool nodes `kubernetes.azure.com/scalesetpriority=spot`;
+        # regular pools carry no such label
+        # (https://learn.microsoft.com/en-us/azure/aks/spot-node-pool): "regular" matched none.
+        on_demand=(Requirement("kubernetes.azure.com/scalesetpriority", "NotIn", ("spot",)),),
         spot_tolerations=(_AKS_SPOT,),
     ),
 }

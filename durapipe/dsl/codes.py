@@ -156,19 +156,16 @@ or `backoff_factor` without a `backoff` (there is no delay to grow or cap)."""),
 `timezone` must name a zone of the IANA time zone database (`Europe/Berlin`, `America/New_York`,
 `UTC`), as Argo's CronWorkflow controller loads it with Go's `time.LoadLocation`; a misspelt
 zone would be accepted by `check` and refused by the cluster."""),
-    Code("P0340", "invalid Kubernetes name", """
-Names of Kubernetes objects that a stage refers to (`service_account`, `priority_class`,
-`image_pull_secrets`, the `claim`, `secret` and `config_map` of a volume, the name in
-`secret("name", "key")` and `config_map("name", "key")`) are DNS-1123 subdomains: lower-case
-letters, digits, `-` and `.`, at most 253 characters, starting and ending alphanumeric.  A
-volume's own name is a DNS-1123 label (no `.`, at most 63).  The API server refuses the pod
-otherwise."""),
-    Code("P0341", "invalid node label key or value", """
-`node_selector` and `affinity` name node labels.  A key is `[prefix/]name`, the prefix a DNS
-subdomain and the name at most 63 letters, digits, `-`, `_` and `.`; a value is empty or at most
-63 such characters, starting and ending alphanumeric.
-
-    node_selector { "example.com/pool" = "gpu-a" }"""),
+    Code("P0321", "not a valid Kubernetes name, label or annotation", """
+The API server refuses the object: a label value is empty or at most 63 characters of letters,
+digits, `-`, `_` and `.`, starting and ending with a letter or digit (`"a: b # c"` is not one);
+a label or annotation key is `[prefix/]name`, the prefix a DNS subdomain (`example.com`), the
+name like a label value; a namespace is a DNS-1123 label; a service account, a storage secret
+and a `secret()` name are DNS subdomains, and a `secret()` key holds letters, digits, `-`, `_`
+and `.`.  The same holds for what a stage names (`service_account`, `priority_class`,
+`image_pull_secrets`, a volume's `claim`, `secret` and `config_map`, all DNS subdomains; a
+volume's own name, a DNS-1123 label) and for the node labels of `node_selector` and `affinity`
+(keys and values as labels)."""),
     Code("P0342", "invalid toleration", """
 A toleration is written as `kubectl taint` writes the taint it tolerates: `key`,
 `key:Effect`, `key=value` or `key=value:Effect`, the effect one of `NoSchedule`,
@@ -202,8 +199,10 @@ WorkflowTemplates."""),
     Code("P0404", "text would be read as Argo templating", """
 Argo substitutes `{{...}}` in every string of a workflow, several times over, so user text that
 contains `{{` (or a `{` directly before a `${...}` reference) could be executed as an Argo
-variable or expression.  durapipe refuses it rather than guessing.  Move the text into a file in
-the image, or build it at run time inside the command."""),
+variable or expression.  durapipe refuses it rather than guessing, in every string of the pipeline
+(namespace, secrets, labels and annotations and their keys, cluster settings, env names ...), and
+`check`, `compile` and `durapipe run` refuse the same text with this same diagnostic.  Move the
+text into a file in the image, or build it at run time inside the command."""),
     Code("P0405", "reference cannot be lowered here", """
 A bare stage name is an order-only dependency: it belongs in `needs`, not in a command, argument
 or environment value, where only `params.NAME` and `STAGE.outputs.NAME` have a value."""),

@@ -38,6 +38,8 @@ class Problem(NamedTuple):
     value: object = None
     #: For a ``choice`` problem: the values allowed.
     choices: tuple[object, ...] = ()
+    #: For a ``convert`` problem: the fix the converter suggests, if any.
+    help: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,8 @@ def _annotated_checker(inner: Checker, markers: tuple[object, ...]) -> Checker:
             try:
                 value = convert.parse(value)
             except ValueError as exc:
-                problems.append(Problem(loc, "convert", str(exc), value))
+                problems.append(Problem(loc, "convert", str(exc), value,
+                                        help=getattr(exc, "help", None)))
                 return value
         before = len(problems)
         value = inner(value, loc, problems)

@@ -23,7 +23,12 @@ DURATION_UNITS = tuple(_DURATION)
 
 
 class UnitError(ValueError):
-    """A literal that is not a valid quantity for the field; the message is user-facing."""
+    """A literal that is not a valid quantity for the field; the message is user-facing, and
+    ``help`` (when set) is the fix to suggest."""
+
+    def __init__(self, message: str, help: str | None = None) -> None:
+        super().__init__(message)
+        self.help = help
 
 
 #: Kubernetes quantities hold at most 2^63 - 1 (8Ei of memory); Argo reads durations with Go's
@@ -39,7 +44,13 @@ def _at_most(amount: int, limit: int, too_large: str) -> int:
 
 
 def parse_bytes(value: object) -> int:
-    """Bytes from ``256Gi``, ``1.5Gi``, ``500M``, a plain integer, or its string."""
+    """Bytes from ``256Gi``, ``1.5Gi`` or ``500M``: a number *and* a unit.
+
+    A bare number is refused, in ``.pipe`` files and from the Python builder alike: Kubernetes
+    reads ``memory: 64`` as 64 bytes, which is never what ``memory = 64`` meant, and the pod
+    would be OOM-killed at start.  Accepting ``int`` in the builder alone would make the same
+    value mean two things depending on where it was written.
+    """
     return _at_most(_bytes(value), MAX_QUANTITY, "a memory size must be less than 8Ei")
 
 
@@ -47,9 +58,7 @@ def _bytes(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError("expected a memory size such as 16Gi, not a boolean")
     if isinstance(value, int):
-        if value < 0:
-            raise UnitError("a memory size cannot be negative")
-        return value
+        raise _unitless(str(value))
     if not isinstance(value, str):
         raise UnitError(f"expected a memory size such as 16Gi, got {type(value).__name__}")
     match = _QUANTITY_RE.match(value.strip())
@@ -57,8 +66,8 @@ def _bytes(value: object) -> int:
         raise UnitError(f"{value!r} is not a memory size; write a number and a unit, e.g. 16Gi")
     unit = match["unit"]
     if unit == "":
-        factor = 1
-    elif unit in _BINARY:
+        raise _unitless(match["num"])
+    if unit in _BINARY:
         factor = _BINARY[unit]
     elif unit in _DECIMAL:
         factor = _DECIMAL[unit]
@@ -75,6 +84,11 @@ def _bytes(value: object) -> int:
             raise UnitError(f"{value!r} is not a whole number of bytes")
         return scaled
     return int(number) * factor
+
+
+def _unitless(number: str) -> UnitError:
+    return UnitError(f"a memory size needs a unit: `{number}` alone would be {number} bytes",
+                     help=f"units are required: write {number}Gi, {number}Mi or {number}M")
 
 
 def format_bytes(value: int) -> str:

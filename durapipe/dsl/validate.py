@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from durapipe.dsl import catalog, kube, schedule, typecheck
@@ -24,7 +24,7 @@ from durapipe.dsl.diagnostics import (
     warning,
 )
 from durapipe.dsl.lower import copy_containers
-from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stage
+from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
 
 STAGE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,48}[a-z0-9])?$")
@@ -36,7 +36,7 @@ def _describe_loc(loc: tuple[Any, ...]) -> str:
     return names[-1] if names else "value"
 
 
-_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": [1]}
+_PLACEHOLDERS = {"image": "<missing>", "name": "<missing>", "replicas": 1, "memory": ["1Mi"]}
 
 
 def model_from_data(data: dict[str, Any], source_map: SourceMap,
@@ -116,7 +116,7 @@ def translate_problems(problems: Iterable[typecheck.Problem], source_map: Source
                 code, message = "P0206", f"`{field}`: {problem.message}"
             else:
                 code, message = "P0203", f"`{field}` has the wrong type: {problem.message}"
-            hint = None
+            hint = problem.help
             if kind == "choice" and isinstance(problem.value, str):
                 hint = did_you_mean(problem.value, [c for c in problem.choices
                                                     if isinstance(c, str)])
@@ -238,8 +238,57 @@ class _Checker:
             self.stage(i, stage, stage_index)
         self.cycles(stage_index)
         self.pipeline_settings()
+        self.templates()
+        self.kubernetes_text()
         self.unused_params()
         return self.diags
+
+    def templates(self) -> None:
+        """P0404 for every string that would reach Argo holding `{{`: found here, not by the
+        compiler, so `check`, `compile` and `run` refuse the same file with one diagnostic."""
+        for loc, text, before_ref in kube.template_texts(self.p):
+            if kube.template_problem(text, before_ref=before_ref):
+                self.add(error(
+                    "P0404", f"{text[:60]!r} contains `{{{{`, which Argo would treat as a "
+                    "template" if "{{" in text else
+                    f"{text[-60:]!r} ends in `{{` before a `${{...}}` reference, which Argo "
+                    "would read as `{{`", self.at(*loc), "Argo would substitute this",
+                    help="Argo has no escape for `{{`; build this text inside the command at "
+                         "run time, or keep it in a file in the image"))
+
+    def kubernetes_text(self) -> None:
+        """Names and labels the API server would refuse (P0321)."""
+        def bad(loc: tuple[Any, ...], what: str, text: str,
+                rule: Callable[[str], str | None]) -> None:
+            # Text holding `{{` is P0404's already: one mistake, one diagnostic.
+            problem = None if "{{" in text else rule(text)
+            if problem:
+                self.add(error("P0321", f'{what} "{text}" is not valid for Kubernetes',
+                               self.at(*loc), problem))
+
+        p = self.p
+        if p.namespace is not None:
+            bad(("namespace",), "namespace", p.namespace, kube.dns_label_problem)
+        for name in ("storage_secret", "service_account"):
+            value = getattr(p, name, None)
+            if isinstance(value, str):
+                bad((name,), f"`{name}`", value, kube.dns_subdomain_problem)
+        blocks: list[tuple[tuple[Any, ...], dict[str, str], bool]] = [
+            (("labels",), p.labels, True), (("annotations",), p.annotations, False)]
+        for i, stage in enumerate(p.stages):
+            blocks.append((("stages", i, "labels"), stage.labels, True))
+            blocks.append((("stages", i, "annotations"), stage.annotations, False))
+            for key, value in stage.env.items():
+                if isinstance(value, Secret):
+                    loc = ("stages", i, "env", key)
+                    bad(loc, "secret name", value.name, kube.dns_subdomain_problem)
+                    bad(loc, "secret key", value.key, kube.config_key_problem)
+        for loc, mapping, is_label in blocks:
+            kind = "label" if is_label else "annotation"
+            for key, value in mapping.items():
+                bad((*loc, key, KEY), f"{kind} key", key, kube.qualified_name_problem)
+                if is_label:
+                    bad((*loc, key), "label value", value, kube.label_value_problem)
 
     def names(self) -> None:
         if not STAGE_NAME_RE.match(self.p.name):
@@ -334,11 +383,13 @@ class _Checker:
                            about=Subject("stage", target)))
 
     def references(self) -> list[Diagnostic]:
-        """Only the rules about references and the stage graph (P0301-P0303, P0308)."""
+        """The rules about references and the stage graph (P0301-P0303, P0308), and the text
+        that Argo would template (P0404), which a model built in code may break as well."""
         stage_index = self.unique_stages()
         for i, stage in enumerate(self.p.stages):
             self.stage_refs(i, stage, stage_index)
         self.cycles(stage_index)
+        self.templates()
         return self.diags
 
     def stage_refs(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
@@ -377,6 +428,11 @@ class _Checker:
                            "choose one" if both else "nothing to run",
                            help="a stage runs `command = [...]` or `script = <<EOT ... EOT`"))
         self.resources(i, stage)
+        if stage.script is not None and stage.args:
+            # Also the compiler's rule; here so that `check` and `run` refuse it as well.
+            self.add(error("P0319", "`args` has no effect on a `script` stage",
+                           self.at(*base, "args"), "has no effect",
+                           help="pass values through `env`, or use `command = [...]`"))
         for name in ("backoff_factor", "max_backoff"):
             if name in self.written(i, "retry") and stage.retry.backoff is None:
                 self.add(error("P0319", f"`{name}` has no effect without `backoff`",
@@ -513,8 +569,6 @@ class _Checker:
                                suggestion=near))
         for j, name in enumerate(self.p.image_pull_secrets):
             self.k8s_name("image pull secret", name, ("image_pull_secrets", j))
-        if self.p.service_account is not None:
-            self.k8s_name("service account", self.p.service_account, ("service_account",))
         if self.p.schedules and self.p.kind in ("workflow", "template"):
             self.add(schedule_conflict(self.p.kind, self.at("kind")))
         if self.p.kind == "cron" and not self.p.schedules:
@@ -525,28 +579,29 @@ class _Checker:
 
     def k8s_name(self, what: str, value: str, loc: tuple[Any, ...], *,
                  label: bool = False) -> None:
-        problem = (kube.dns_label_problem if label else kube.dns_subdomain_problem)(value)
+        problem = None if "{{" in value else (
+            kube.dns_label_problem if label else kube.dns_subdomain_problem)(value)
         if problem:
-            self.add(error("P0340", f'{what} "{value}" is not a valid Kubernetes name',
+            self.add(error("P0321", f'{what} "{value}" is not a valid Kubernetes name',
                            self.at(*loc), problem,
                            help="use lower-case letters, digits and `-`"
                            + ("" if label else " (and `.`)")))
 
     def node_labels(self, what: str, labels: dict[str, Any], loc: tuple[Any, ...]) -> None:
         for key, value in labels.items():
-            problem = kube.label_key_problem(key)
+            problem = None if "{{" in key else kube.qualified_name_problem(key)
             where = (*loc, key, KEY)
             if problem is None:
                 values = value if isinstance(value, tuple) else (value,)
                 for j, item in enumerate(values):
-                    problem = kube.label_value_problem(item)
+                    problem = None if "{{" in item else kube.label_value_problem(item)
                     if problem:
                         where = (*loc, key, j) if isinstance(value, tuple) else (*loc, key)
-                        self.add(error("P0341", f'{what} value "{item}" of `{key}` is not a '
+                        self.add(error("P0321", f'{what} value "{item}" of `{key}` is not a '
                                        "valid label value", self.at(*where), problem,
                                        help="at most 63 letters, digits, `-`, `_` and `.`"))
                 continue
-            self.add(error("P0341", f'{what} key "{key}" is not a valid label key',
+            self.add(error("P0321", f'{what} key "{key}" is not a valid label key',
                            self.at(*where), problem, help='e.g. "example.com/pool" or "pool"'))
 
     def cluster_settings(self, i: int, stage: Stage) -> None:
@@ -555,10 +610,6 @@ class _Checker:
             self.k8s_name("service account", stage.service_account, (*base, "service_account"))
         if stage.priority_class is not None:
             self.k8s_name("priority class", stage.priority_class, (*base, "priority_class"))
-        for name, value in stage.env.items():
-            if isinstance(value, Secret):
-                what = "ConfigMap" if isinstance(value, ConfigMapKey) else "Secret"
-                self.k8s_name(what, value.name, (*base, "env", name))
         self.node_labels("node selector", stage.node_selector, (*base, "node_selector"))
         if stage.affinity is not None:
             for part in ("required", "preferred"):

@@ -42,6 +42,7 @@ from durapipe.runner.records import (
     AttemptRecord,
     RunRecord,
     StageRecord,
+    last_lines,
     load_run,
     runs_dir,
     write_json_atomic,
@@ -284,7 +285,7 @@ class Runner:
             if decision.action == "done":
                 record.status = "succeeded"
                 record.outputs = outputs
-                record.output_hashes = self._read_hashes(stage_dir, len(record.attempts))
+                record.output_hashes = self._read_hashes(stage_dir, attempt.number)
                 if key:
                     self._cache_store(stage, key, record)
                 break
@@ -308,7 +309,9 @@ class Runner:
     def _attempt(self, plan: StagePlan, budget: policy.Budget, stage_dir: Path,
                  outputs: dict[str, str]) -> AttemptRecord:
         stage = plan.stage
-        number = budget.attempts
+        # One number everywhere: DURAPIPE_ATTEMPT as the compiled workflow's pod would get it,
+        # the attempt directory, and the summary's `#N`.
+        number = plan.attempt_number(budget.rung, budget.failures, budget.preemptions)
         attempt_dir = stage_dir / f"attempt-{number}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         termination_log = attempt_dir / "termination-log"
@@ -319,7 +322,7 @@ class Runner:
         checkpoint_local = attempt_dir / "checkpoint"
         site = Site(
             run_id=self.run_id,
-            attempt=str(plan.attempt_number(budget.rung, budget.failures, budget.preemptions)),
+            attempt=str(number),
             outputs=outputs,
             output_hash_dir=str(hash_dir), termination_log=str(termination_log),
             inputs=self._declared_inputs(stage), store_uri=self.store_root,
@@ -369,7 +372,8 @@ class Runner:
             memory=units.format_bytes(memory) if memory is not None else "",
             verdict=verdict, exit_code=returncode, seconds=round(seconds, 3), message=message,
             resumed_from=resumed_from, log=str(log_path),
-            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "")
+            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "",
+            tail="" if verdict == contract.VERDICT_SUCCESS else _tail(log_path))
 
     def _verdict(self, termination_log: Path, returncode: int,
                  cgroup: AttemptCgroup | None) -> tuple[str, dict[str, object]]:
@@ -602,8 +606,8 @@ class Runner:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _read_hashes(self, stage_dir: Path, attempts: int) -> dict[str, str]:
-        hash_dir = stage_dir / f"attempt-{attempts - 1}" / "output-hashes"
+    def _read_hashes(self, stage_dir: Path, number: int) -> dict[str, str]:
+        hash_dir = stage_dir / f"attempt-{number}" / "output-hashes"
         hashes = {}
         if hash_dir.is_dir():
             for path in hash_dir.glob(f"*{contract.OUTPUT_HASH_SUFFIX}"):
@@ -656,3 +660,13 @@ def _kill_tree(pid: int, cgroup: AttemptCgroup | None) -> None:
             pass
     for victim in victims:
         _signal(victim, signal.SIGKILL)
+
+
+#: Lines of a failed attempt's output the summary shows.
+TAIL_LINES = 5
+
+
+def _tail(log_path: Path) -> str:
+    """The last non-empty lines of an attempt's log (the child's stdout and stderr), without
+    the wrapper's verdict line."""
+    return "\n".join(last_lines(log_path, TAIL_LINES, skip_prefix=contract.VERDICT_TAG))

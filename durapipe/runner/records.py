@@ -12,6 +12,8 @@ from typing import Any
 
 @dataclass
 class AttemptRecord:
+    #: ``DURAPIPE_ATTEMPT`` of the attempt: the number the summary shows, its directory
+    #: (``attempt-N``) and the compiled workflow's pod all use.
     number: int
     rung: int
     memory: str
@@ -22,6 +24,8 @@ class AttemptRecord:
     resumed_from: str
     log: str
     fault: str = ""
+    #: The last lines of a failed attempt's output (stdout and stderr), for the summary.
+    tail: str = ""
 
 
 @dataclass
@@ -104,3 +108,17 @@ def list_runs(home: Path) -> list[RunRecord]:
         if record is not None:
             found.append(record)
     return sorted(found, key=lambda r: r.started)
+
+
+def last_lines(path: str | Path, count: int, *, skip_prefix: str | None = None) -> list[str]:
+    """The last ``count`` non-empty lines of a log (read from its end: logs can be large)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 4096 * max(1, count)))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = [ln.rstrip() for ln in text.splitlines()
+             if ln.strip() and not (skip_prefix and ln.startswith(skip_prefix))]
+    return lines[-count:]

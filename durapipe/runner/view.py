@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import IO
 
-from durapipe.runner.records import RunRecord, StageRecord
+from durapipe.runner.records import RunRecord, StageRecord, last_lines
 
 _SYMBOL = {"pending": "·", "running": "▶", "succeeded": "✓", "cached": "↺", "reused": "↺",
            "failed": "✗", "skipped": "-", "interrupted": "!"}
 
 
 def _last_line(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 4096))
-            lines = [ln for ln in handle.read().decode("utf-8", "replace").splitlines()
-                     if ln.strip()]
-    except OSError:
-        return ""
+    lines = last_lines(path, 1)
     return lines[-1].strip() if lines else ""
 
 
@@ -32,7 +23,7 @@ def _attempt_text(stage: StageRecord) -> str:
         return ""
     last = stage.attempts[-1]
     rung = f" rung {last.rung}" + (f" ({last.memory})" if last.memory else "")
-    return f"attempt {len(stage.attempts)}{rung if last.memory else ''}"
+    return f"attempt #{last.number}{rung if last.memory else ''}"
 
 
 class View:
@@ -73,7 +64,8 @@ class View:
                 return
             line = {
                 "start": f"{stage.name}: started",
-                "attempt": f"{stage.name}: attempt {len(stage.attempts)} "
+                "attempt": f"{stage.name}: attempt "
+                           f"#{stage.attempts[-1].number if stage.attempts else 0} "
                            f"{stage.attempts[-1].verdict if stage.attempts else ''}"
                            + (f" [{stage.attempts[-1].fault}]"
                               if stage.attempts and stage.attempts[-1].fault else "")
@@ -127,8 +119,15 @@ def summary(record: RunRecord) -> str:
              f"{'stage':<20} {'status':<11} {'attempts':>8} {'seconds':>8}  detail"]
     for stage in record.stages.values():
         detail = stage.reason
+        last = stage.attempts[-1] if stage.attempts else None
+        if stage.status == "failed" and last is not None and last.verdict not in detail:
+            detail = f"{last.verdict}: {detail}" if detail else last.verdict
         lines.append(f"{stage.name:<20} {stage.status:<11} {len(stage.attempts):>8} "
                      f"{stage.seconds:>8.1f}  {detail}")
+        if stage.status == "failed" and last is not None and last.tail:
+            # Why it failed, without opening the attempt log.
+            lines.append(f"    last output of #{last.number} ({last.log}):")
+            lines.extend(f"    | {line}" for line in last.tail.splitlines())
         for attempt in stage.attempts:
             memory = f" memory {attempt.memory}" if attempt.memory else ""
             resumed = (f", resumed from checkpoint {attempt.resumed_from}"

@@ -212,12 +212,12 @@ def test_the_pod_patch_diagnostic_points_at_the_bad_key() -> None:
 
 
 @pytest.mark.parametrize(("setting", "code"), [
-    ('service_account = "Bad_Name"', "P0340"),
-    ('priority_class = "-x"', "P0340"),
-    ('env { A = config_map("Bad Name", "k") }', "P0340"),
-    ('volumes { "Data" { claim = "d" path = "/data" } }', "P0340"),
-    ('node_selector { "bad key!" = "x" }', "P0341"),
-    ('affinity { required { zone = ["a b"] } }', "P0341"),
+    ('service_account = "Bad_Name"', "P0321"),
+    ('priority_class = "-x"', "P0321"),
+    ('env { A = config_map("Bad Name", "k") }', "P0321"),
+    ('volumes { "Data" { claim = "d" path = "/data" } }', "P0321"),
+    ('node_selector { "bad key!" = "x" }', "P0321"),
+    ('affinity { required { zone = ["a b"] } }', "P0321"),
     ('tolerations = ["k=v:Never"]', "P0342"),
     ('volumes { d { path = "/data" } }', "P0343"),
     ('volumes { d { claim = "d" path = "data" } }', "P0343"),

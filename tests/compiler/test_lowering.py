@@ -262,26 +262,46 @@ def test_runtime_is_injected_with_wrapper_init_container_sidecar_and_grace() -> 
     assert env[contract.ENV_SPOOL_DIR] == contract.DEFAULT_SPOOL_DIR
 
 
-def test_last_attempt_on_demand_pod_spec_patch_is_exact() -> None:
+def test_last_attempt_on_demand_switches_node_affinity_on_retries() -> None:
     s = spot_stage(last_attempt_on_demand=True, checkpoint=Checkpoint(),
                    retry=Retry(attempts=1, preemptions=5))
     ts = templates(compiled(pipeline(s, cluster=Cluster(profile="karpenter"))))
-    for name in ("train-app-0", "train-app-1"):
-        assert ts[name]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
+    assert ts["train-app-0"]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
     # Only the last application attempt's task holds the stage's last possible attempt.
-    assert ts["train-app-0"]["podSpecPatch"] == '{"terminationGracePeriodSeconds":300}'
-    assert ts["train-app-1"]["podSpecPatch"] == (
-        '{"nodeSelector":{"karpenter.sh/capacity-type":'
-        '"{{=asInt(retries) >= 5 ? \'on-demand\' : \'spot\'}}"},'
-        '"terminationGracePeriodSeconds":300}'
-    )
+    last = ts["train-app-1"]
+    assert "nodeSelector" not in last
+    assert last["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [{
+            "key": "karpenter.sh/capacity-type",
+            "operator": "{{=asInt(retries) >= 5 ? 'NotIn' : 'In'}}", "values": ["spot"]}]}]}
+    assert last["tolerations"] == [{
+        "key": "karpenter.sh/capacity-type", "operator": "Equal",
+        "value": "{{=asInt(retries) >= 5 ? 'durapipe-on-demand' : 'spot'}}",
+        "effect": "NoSchedule"}]
+    assert last["podSpecPatch"] == '{"terminationGracePeriodSeconds":300}'
 
 
 def test_last_attempt_without_retries_is_on_demand_outright() -> None:
     s = spot_stage(last_attempt_on_demand=True, retry=Retry(attempts=1, preemptions=0))
     ts = templates(compiled(pipeline(s, cluster=Cluster(profile="gke"))))
     assert ts["train-app-0"]["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
-    assert ts["train-app-1"]["nodeSelector"] == {"cloud.google.com/gke-spot": "false"}
+    last = ts["train-app-1"]
+    # GKE on-demand nodes carry no gke-spot label: a nodeSelector could not ask for them.
+    assert "nodeSelector" not in last and "tolerations" not in last
+    assert last["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]},
+            {"key": "cloud.google.com/gke-preemptible", "operator": "NotIn", "values": ["true"]},
+        ]}]}
+
+
+def test_the_pipelines_own_on_demand_labels_are_required_as_written() -> None:
+    s = spot_stage(last_attempt_on_demand=True, retry=Retry(attempts=1, preemptions=0))
+    cluster = Cluster(spot_selector={"pool": "cheap"}, on_demand_selector={"pool": "steady"})
+    last = templates(compiled(pipeline(s, cluster=cluster)))["train-app-1"]
+    assert last["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["steady"]}]}]}
 
 
 # -- scheduling -------------------------------------------------------------------------------

@@ -62,3 +62,15 @@ def test_non_finite_numbers_are_mistakes_not_crashes(value: float) -> None:
         ("P0307", "default of `lr` is not a finite number"),
         ("P0205", f"`cpu`: {value!r} is not a CPU amount; write cores (8, 0.5) or \"500m\""),
     ]
+
+
+@pytest.mark.parametrize("memory", [64, "64"])
+def test_a_bare_number_is_not_a_memory_size_in_the_builder_either(memory: object) -> None:
+    """`memory=64` would be 64 bytes on the cluster: the builder refuses it as `.pipe` does."""
+    p = Pipeline("demo")
+    p.stage("a", image="x", command=["true"], resources=Resources(memory=memory))
+    with pytest.raises(PipelineError) as info:
+        p.build()
+    (diag,) = info.value.diagnostics
+    assert diag.code == "P0205" and "needs a unit" in diag.message
+    assert diag.help is not None and "64Gi" in diag.help

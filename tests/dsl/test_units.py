@@ -9,7 +9,7 @@ from durapipe.dsl import units
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("256Gi", 256 * 2**30), ("1Ti", 2**40), ("512Mi", 512 * 2**20), ("1.5Gi", 3 * 2**29),
-    ("500M", 500_000_000), ("1024", 1024), (2048, 2048),
+    ("500M", 500_000_000), ("1k", 1000),
 ])
 def test_parse_bytes(text: object, expected: int) -> None:
     assert units.parse_bytes(text) == expected
@@ -19,6 +19,16 @@ def test_parse_bytes(text: object, expected: int) -> None:
 def test_parse_bytes_rejects(bad: object) -> None:
     with pytest.raises(units.UnitError):
         units.parse_bytes(bad)
+
+
+@pytest.mark.parametrize("bare", [64, "64", " 64 ", 0])
+def test_a_bare_number_is_not_a_memory_size(bare: object) -> None:
+    """`memory = 64` would reach Kubernetes as 64 bytes: refused with the units as the fix,
+    from a .pipe file (int token or string) and from the builder (int) alike."""
+    with pytest.raises(units.UnitError) as caught:
+        units.parse_bytes(bare)
+    assert "needs a unit" in str(caught.value)
+    assert caught.value.help is not None and "Gi" in caught.value.help
 
 
 def test_format_bytes_picks_the_largest_exact_unit() -> None:
@@ -53,7 +63,8 @@ def test_parse_millicpu(value: object, milli: int) -> None:
 
 @pytest.mark.parametrize(("parse", "largest", "too_large", "message"), [
     (units.parse_bytes, "7Ei", "8Ei", "a memory size must be less than 8Ei"),
-    (units.parse_bytes, 2**63 - 1, 2**63, "a memory size must be less than 8Ei"),
+    (units.parse_bytes, "9223372036854775k", "9223372036854776k",
+     "a memory size must be less than 8Ei"),
     (units.parse_millicpu, 9223372036854775, 9223372036854776,
      "a CPU amount must be at most 9223372036854775 cores"),
     (units.parse_seconds, "106751d", "106752d",

@@ -186,8 +186,10 @@ def test_plain_view_and_summary_report_attempts(tmp_path: Path) -> None:
     view.close()
     lines = stream.getvalue().splitlines()
     assert lines[0] == "a: started"
-    assert lines[1].startswith("a: attempt 1 app_failure -> failed; retry 1/1")
+    first, second = (a.number for a in record.stages["a"].attempts)
+    assert lines[1].startswith(f"a: attempt #{first} app_failure -> failed; retry 1/1")
     assert lines[-1].startswith("a: failed (failed; the failure budget (1) is spent")
     text = summary(record)
     assert f"run {record.run_id}: failed" in text
-    assert "    #0 rung 0: app_failure after" in text and "    #1 rung 0: app_failure" in text
+    assert f"    #{first} rung 0: app_failure after" in text
+    assert f"    #{second} rung 0: app_failure" in text

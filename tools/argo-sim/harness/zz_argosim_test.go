@@ -18,12 +18,14 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apiv1 "k8s.io/api/core/v1"
 	apierr "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -126,12 +128,18 @@ func minutesSince(origin, t metav1.Time) *float64 {
 }
 
 type runReport struct {
-	Workflow   string       `json:"workflow"`
-	Phase      string       `json:"phase"`
-	Message    string       `json:"message,omitempty"`
-	Steps      int          `json:"steps"`
-	SimMinutes float64      `json:"simMinutes"`
-	Nodes      []nodeReport `json:"nodes"`
+	Workflow   string  `json:"workflow"`
+	Phase      string  `json:"phase"`
+	Message    string  `json:"message,omitempty"`
+	Steps      int     `json:"steps"`
+	SimMinutes float64 `json:"simMinutes"`
+	// Patches the controller sent to this run's pods (labelling a completed pod, removing a
+	// finalizer): a completed pod is labelled once, so this stays near the number of pods.
+	PodPatches int64 `json:"podPatches"`
+	// Wall-clock seconds spent in Argo's reconciliation (woc.operate) and in the whole run, so
+	// benchmarks can see how a reconciliation's cost grows with the workflow.
+	OperateSeconds float64      `json:"operateSeconds"`
+	Nodes          []nodeReport `json:"nodes"`
 	// Pod nodes (attempts) in creation order, for easy assertions.
 	Attempts []nodeReport `json:"attempts"`
 }
@@ -194,7 +202,14 @@ type simulator struct {
 	podSnapshots map[string]*apiv1.Pod
 	// How many pods the controller created for each node (re-creations included).
 	podsPerNode map[string]int
+	// controllerPodPatches when this run began.
+	patchesAtStart int64
+	operateTime    time.Duration
 }
+
+// controllerPodPatches counts every pod patch the controller sends (the harness itself only
+// updates pods). Reactors may run on the controller's goroutines, hence the atomic.
+var controllerPodPatches atomic.Int64
 
 const tick = 30 * time.Second
 
@@ -267,8 +282,10 @@ func (s *simulator) updatePod(p *apiv1.Pod) {
 
 func (s *simulator) operate() {
 	s.steps++
+	began := time.Now()
 	woc := newWorkflowOperationCtx(s.ctx, s.wf, s.c)
 	woc.operate(s.ctx)
+	s.operateTime += time.Since(began)
 	s.wf = woc.wf
 	// What a cleanup worker of the real controller does next: delete the Pending pod of an
 	// expired pendingTimeout, label completed pods, pod GC, stop pods past a deadline.
@@ -580,7 +597,8 @@ func (s *simulator) spend(d time.Duration) {
 
 func (s *simulator) report() runReport {
 	r := runReport{Workflow: s.wf.Name, Phase: string(s.wf.Status.Phase), Message: s.wf.Status.Message,
-		Steps: s.steps, SimMinutes: s.elapsed.Minutes()}
+		Steps: s.steps, SimMinutes: s.elapsed.Minutes(),
+		PodPatches: controllerPodPatches.Load() - s.patchesAtStart, OperateSeconds: s.operateTime.Seconds()}
 	byNode := map[string]*simPod{}
 	for _, sp := range s.pods {
 		byNode[sp.nodeID] = sp
@@ -736,6 +754,11 @@ func TestArgoSim(t *testing.T) {
 		// never finish. Managed fields mean nothing to the controller; the plain object
 		// tracker holds the same objects. Everything that keeps a client gets this one.
 		kube := fake.NewSimpleClientset(defaultServiceAccount)
+		kube.PrependWatchReactor("pods", selectingWatchReactor(kube))
+		kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			controllerPodPatches.Add(1)
+			return false, nil, nil
+		})
 		wfc.kubeclientset = kube
 		wfc.cacheFactory = controllercache.NewCacheFactory(kube, "default")
 	}}
@@ -807,7 +830,8 @@ func TestArgoSim(t *testing.T) {
 			queues[k] = append([]simOutcome(nil), v...)
 		}
 		s := &simulator{t: t, ctx: ctx, c: c, wf: wf, pods: map[string]*simPod{}, queues: queues,
-			podSnapshots: map[string]*apiv1.Pod{}, podsPerNode: map[string]int{}}
+			podSnapshots: map[string]*apiv1.Pod{}, podsPerNode: map[string]int{},
+			patchesAtStart: controllerPodPatches.Load()}
 		s.runWithSnapshots(maxSteps)
 		rep.Runs = append(rep.Runs, s.report())
 	}
@@ -836,3 +860,77 @@ func (s *simulator) runWithSnapshots(maxSteps int) {
 		s.snapshotPods()
 	}
 }
+
+// selectingWatchReactor gives the fake clientset's pod watch the API server's label-selector
+// semantics. client-go's object tracker ignores a watch's selector, so Argo's pod informer
+// (which watches `workflows.argoproj.io/completed=false` only) kept every completed pod, and each
+// reconciliation queued and patched every one of them again: quadratic in a chain's length. The
+// API server instead sends ADDED when an object starts to match and DELETED when it stops.
+func selectingWatchReactor(kube *fake.Clientset) k8stesting.WatchReactionFunc {
+	return func(action k8stesting.Action) (bool, watch.Interface, error) {
+		wa, ok := action.(k8stesting.WatchAction)
+		if !ok {
+			return false, nil, nil
+		}
+		sel := wa.GetWatchRestrictions().Labels
+		if sel == nil || sel.Empty() {
+			return false, nil, nil
+		}
+		inner, err := kube.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		// What already matches was listed by the informer before it watched: an object that
+		// stops matching later must still produce its DELETED.
+		matched := map[string]bool{}
+		listed, err := kube.Tracker().List(action.GetResource(), apiv1.SchemeGroupVersion.WithKind("Pod"), action.GetNamespace())
+		if err != nil {
+			inner.Stop()
+			return true, nil, err
+		}
+		if pods, ok := listed.(*apiv1.PodList); ok {
+			for _, p := range pods.Items {
+				if sel.Matches(labels.Set(p.Labels)) {
+					matched[p.Namespace+"/"+p.Name] = true
+				}
+			}
+		}
+		out := make(chan watch.Event, watch.DefaultChanSize)
+		go func() {
+			defer close(out)
+			for ev := range inner.ResultChan() {
+				obj, isMeta := ev.Object.(metav1.Object)
+				if !isMeta || (ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted) {
+					out <- ev
+					continue
+				}
+				key := obj.GetNamespace() + "/" + obj.GetName()
+				was, now := matched[key], sel.Matches(labels.Set(obj.GetLabels()))
+				switch {
+				case ev.Type == watch.Deleted:
+					if was {
+						out <- ev
+					}
+					delete(matched, key)
+				case now && was:
+					out <- ev
+				case now:
+					matched[key] = true
+					out <- watch.Event{Type: watch.Added, Object: ev.Object}
+				case was:
+					delete(matched, key)
+					out <- watch.Event{Type: watch.Deleted, Object: ev.Object}
+				}
+			}
+		}()
+		return true, &selectedWatch{inner: inner, out: out}, nil
+	}
+}
+
+type selectedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+}
+
+func (w *selectedWatch) Stop()                          { w.inner.Stop() }
+func (w *selectedWatch) ResultChan() <-chan watch.Event { return w.out }
