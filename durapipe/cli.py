@@ -1,4 +1,4 @@
-"""The ``durapipe`` command line: check, fmt, explain, compile.
+"""The ``durapipe`` command line: check, fmt, explain, compile, run, submit, status, watch.
 
 Each command imports what it needs when it runs, so ``durapipe check`` pays for the compiler
 only on a file the front end accepts (to find what the lowering refuses) and ``--help`` pays for
@@ -163,6 +163,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return runner_cli.runs(args)
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from durapipe.compiler import submit
+
+    command: int = getattr(submit, args.command)(args)
+    return command
+
+
 def cmd_lsp(args: argparse.Namespace) -> int:
     try:
         from durapipe.lsp import server
@@ -250,6 +257,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             "(through Graphviz `dot`, where installed)")
     graph.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     graph.set_defaults(func=cmd_graph)
+
+    submit_ = sub.add_parser("submit", help="submit a pipeline or start a WorkflowTemplate run",
+                             description="Submit a compiled pipeline (a .pipe or builder .py is "
+                                         "compiled first) or start a run of a WorkflowTemplate "
+                                         "on the cluster; print the run's name. Needs the "
+                                         "`cluster` extra.")
+    status = sub.add_parser("status", help="each stage of a run: attempts, budgets, verdicts",
+                            description="Show a run's stages as durapipe sees them: attempts "
+                                        "used of each retry budget, the memory rung and GPU "
+                                        "type that ran, cache hits, and each failed attempt's "
+                                        "verdict. Needs the `cluster` extra.")
+    watch = sub.add_parser("watch", help="follow a run live until it ends",
+                           description="Follow a run with a progress display; exit 0 when it "
+                                       "Succeeded, 1 Failed, 2 Error. Needs the `cluster` "
+                                       "extra.")
+    if command in (None, "submit", "status", "watch"):
+        from durapipe.compiler import submit as submit_cli
+
+        submit_cli.add_submit_arguments(submit_)
+        submit_cli.add_status_arguments(status)
+        submit_cli.add_status_arguments(watch, watch=True)
+    for parser_ in (submit_, status, watch):
+        parser_.set_defaults(func=cmd_cluster)
 
     lsp = sub.add_parser("lsp", help="run the language server (for editors), over stdio",
                          description="Language Server Protocol server for .pipe files: "

@@ -68,21 +68,25 @@ def local_replay(plan: StagePlan, verdicts: list[str]) -> list[tuple[int, int | 
     return out
 
 
-def argo_wait(backoff: Json, retry: int) -> float:
-    """Argo's backoff before the ``retry``-th retry of a node (operator.go
-    ``processNodeRetries``: duration * factor^(children - 1), capped)."""
-    wait = units.parse_seconds(backoff["duration"]) * int(backoff["factor"]) ** (retry - 1)
-    return float(min(wait, units.parse_seconds(backoff["cap"])))
-
-
-def test_backoff_is_capped_by_default_and_applies_to_preemptions_both_ways() -> None:
-    p = pipeline(stage(interruptible=True, retry=Retry(preemptions=12, backoff=30)))
-    backoff = templates(p)["train"]["retryStrategy"]["backoff"]
-    assert backoff == {"duration": "30s", "factor": "2", "cap": "10m"}
+def test_backoff_is_capped_by_default_and_spaces_application_retries_both_ways() -> None:
+    p = pipeline(stage(retry=Retry(attempts=12, backoff=30)))
+    ts = templates(p)
+    # Argo: a wait task before each application retry, none inside a task (a leaf's backoff
+    # would also delay every failure that leaves the task).
+    assert "backoff" not in run_by(ts, "train-app-0")[0].get("retryStrategy", {})
+    assert ts["train-backoff"]["suspend"] == {"duration": "{{inputs.parameters.duration}}"}
+    dag = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    argo = [units.parse_seconds(dag[f"train-app-{k}-backoff"]["arguments"]["parameters"][0][
+        "value"]) for k in range(12)]
+    assert [dag[f"train-app-{k}"]["depends"] for k in (1, 12)] == [
+        "train-app-0-backoff.Succeeded", "train-app-11-backoff.Succeeded"]
     local = [wait for _, _, wait in local_replay(
-        the_plan(p), [contract.VERDICT_PREEMPTED] * 12 + [contract.VERDICT_SUCCESS])]
-    assert local[1:] == [argo_wait(backoff, n) for n in range(1, 13)]
-    assert max(local) == 600.0
+        the_plan(p), [contract.VERDICT_APP_FAILURE] * 12 + [contract.VERDICT_SUCCESS])]
+    assert local[1:] == argo == [min(30.0 * 2 ** n, 600.0) for n in range(12)]
+    # A preemption retry and an OOM climb wait nothing, in `durapipe run` too.
+    spot = the_plan(pipeline(stage(interruptible=True, retry=Retry(preemptions=3, backoff=30))))
+    assert [w for _, _, w in local_replay(spot, [contract.VERDICT_PREEMPTED] * 3 + [
+        contract.VERDICT_SUCCESS])] == [0.0] * 4
 
 
 def test_gpu_oom_fails_by_default_both_ways_and_in_the_runtime() -> None:

@@ -70,6 +70,22 @@ def test_check_and_compile_import_no_validation_library_and_not_hera() -> None:
         assert not loaded & {"pydantic", "pydantic_core", "hera", "yaml"}, argv
         # The language server's library is for `durapipe lsp` alone (issue 14).
         assert not loaded & {"pygls", "lsprotocol", "cattrs"}, argv
+        # The cluster client is for `durapipe submit/status/watch` alone (issue 12).
+        assert not loaded & {"kubernetes", "urllib3"}, argv
+
+
+def test_only_the_cluster_module_imports_the_kubernetes_client() -> None:
+    """The runtime stays standard-library only and the dsl never talks to a cluster: the
+    `cluster` extra is optional, imported by one module of the compiler when a command runs."""
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level = {alias.name.split(".")[0] for node in tree.body
+                     if isinstance(node, ast.Import) for alias in node.names}
+        top_level |= {node.module.split(".")[0] for node in tree.body
+                      if isinstance(node, ast.ImportFrom) and node.module}
+        assert "kubernetes" not in top_level, path
+        if path.relative_to(PACKAGE).as_posix() != "compiler/cluster.py":
+            assert "kubernetes" not in {m.split(".")[0] for m in _module_imports(path)}, path
 
 
 def test_only_the_server_module_imports_the_lsp_library() -> None:

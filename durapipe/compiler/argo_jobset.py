@@ -43,6 +43,9 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ANNOTATION = "jobset.sigs.k8s.io/restart-attempt"
 SUCCESS_CONDITION = "status.terminalState == Completed"
 FAILURE_CONDITION = "status.terminalState == Failed"
+#: JobSet's webhook refuses rule names outside ``^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$``
+#: (no hyphens: jobset v0.12.0 pkg/webhooks/jobset_webhook.go, ``ruleNameFmt``).
+MAINTENANCE_RULE = "HostMaintenance"
 
 
 def torchrun_argv(replicas: int, procs: int, user: list[str]) -> list[str]:
@@ -128,8 +131,15 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     if ctx.pipeline.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in ctx.pipeline.image_pull_secrets]
     pod_spec.update(scheduling(ctx, plan, variant))
-    pod_spec["initContainers"] = [init_container(ctx)]
-    pod_spec["containers"] = [main] if sidecar is None else [main, sidecar]
+    # The uploader is a native sidecar (an init container that keeps running): a Job pod
+    # completes only when its regular containers have, and nothing SIGTERMs a plain sidecar
+    # there, so as a plain container it would keep every node's pod Running for ever.  After
+    # the runtime's init container, which delivers the code the uploader runs.
+    inits = [init_container(ctx)]
+    if sidecar is not None:
+        inits.append({**sidecar, "restartPolicy": "Always"})
+    pod_spec["initContainers"] = inits
+    pod_spec["containers"] = [main]
     pod_spec["volumes"] = volumes(plan)
     if stage.pod_patch is not None:  # a JobSet pod has no podSpecPatch: applied here
         patched: Json = strategic_merge(pod_spec, json.loads(stage.pod_patch))
@@ -157,7 +167,7 @@ def jobset_manifest(ctx: Context, plan: StagePlan, meta: Json) -> Json:
     failure_policy: Json = {"maxRestarts": dist.max_restarts}
     if dist.restart_on_maintenance:
         failure_policy["rules"] = [{
-            "name": "host-maintenance",
+            "name": MAINTENANCE_RULE,
             "action": "RestartJobSetAndIgnoreMaxRestarts",
             "onJobFailureReasons": ["PodFailurePolicy"],
         }]

@@ -127,20 +127,17 @@ def leaf_outputs(plan: StagePlan) -> Json:
     }
 
 
-def retry_strategy(plan: StagePlan, limit: int) -> Json | None:
-    """A leaf's ``retryStrategy``: preemptions only (application attempts are tasks)."""
+def retry_strategy(limit: int) -> Json | None:
+    """A leaf's ``retryStrategy``: preemptions only (application attempts are tasks).
+
+    No ``backoff``: Argo (v4.1.2 ``processNodeRetries``) waits the backoff before it evaluates
+    the retry expression, so a leaf with one would wait before every failure that leaves the
+    task too (an OOM climb, a fatal CUDA OOM, the stage's last failure).  The wait of an
+    application retry is a task of its own (``backoff_task``).
+    """
     if limit == 0:
         return None
-    out: Json = {"limit": str(limit), "retryPolicy": "Always",
-                 "expression": argo_retry.preempted()}
-    backoff = plan.budgets.backoff
-    if backoff is not None:
-        out["backoff"] = {
-            "duration": units.format_seconds(backoff.seconds),
-            "factor": str(backoff.factor),
-            "cap": units.format_seconds(backoff.cap),
-        }
-    return out
+    return {"limit": str(limit), "retryPolicy": "Always", "expression": argo_retry.preempted()}
 
 
 #: The input parameter of a pod template that several tasks share: their first attempt.
@@ -233,13 +230,14 @@ def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json
 
 
 def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
-         hash_inputs: dict[tuple[str, str], str], *, shared: bool = False) -> Json:
+         hash_inputs: dict[tuple[str, str], str], *, shared: bool = False,
+         wrapped: bool = False) -> Json:
     """The template one task runs: a pod of one variant, with its preemption retries.  A
     ``shared`` one takes the task's first attempt as an input parameter, and on a ladder its
-    rung and memory too."""
-    stage, single = plan.stage, plan.kind == "pod"
+    rung and memory too.  A ``wrapped`` pod stage's leaf leaves its cache to the wrapper."""
+    stage, single = plan.stage, plan.kind == "pod" and not wrapped
     varying = Varying.of(plan, shared)
-    strategy = retry_strategy(plan, task.limit)
+    strategy = retry_strategy(task.limit)
     t: Json = {"name": task.name}
     inputs = template_inputs(plan, hash_inputs if single else {}, leaf=True)
     if shared:
@@ -389,15 +387,51 @@ def condition(plan: StagePlan, pred: Pred) -> str:
                                             has_ladder=plan.has_ladder)
 
 
+def backoff_name(task: str) -> str:
+    """The wait before the application attempt after ``task``'s failure."""
+    return f"{task}-backoff"
+
+
+def backoff_template(task: str) -> Json:
+    """A pod-less wait (a suspend with a duration) that the controller requeues itself for."""
+    return {"name": backoff_name(task), "inputs": {"parameters": [{"name": "duration"}]},
+            "suspend": {"duration": "{{inputs.parameters.duration}}"}}
+
+
+def waits(plan: StagePlan) -> dict[str, TaskPlan]:
+    """Failed task -> the application attempt that runs after its backoff."""
+    if plan.budgets.backoff is None:
+        return {}
+    return {p.task: task for task in plan.tasks for p in task.preds
+            if p.because == "app_failure"}
+
+
+def backoff_task(plan: StagePlan, failed: str, then: TaskPlan) -> Json:
+    assert plan.budgets.backoff is not None
+    wait = units.format_seconds(int(plan.budgets.backoff.wait(then.app_attempt)))
+    return {"name": backoff_name(failed), "template": backoff_name(plan.task),
+            "depends": f"{failed}.Failed || {failed}.Errored",
+            "when": "{{=" + condition(plan, Pred(failed, "app_failure")) + "}}",
+            "arguments": {"parameters": [{"name": "duration", "value": wait}]}}
+
+
 def grid_task(ctx: Context, plan: StagePlan, task: TaskPlan, arts: list[Json],
-              pods: PodTemplates) -> Json:
+              pods: PodTemplates, waited: frozenset[str]) -> Json:
     out: Json = {"name": task.name, "template": pods.template_of[task.name]}
-    preds = task.preds
-    if preds:
-        out["depends"] = " || ".join(
-            f"({p.task}.Failed || {p.task}.Errored)" if len(preds) > 1 else
-            f"{p.task}.Failed || {p.task}.Errored" for p in preds)
-        out["when"] = "{{=" + " || ".join(f"({condition(plan, p)})" for p in preds) + "}}"
+    links: list[tuple[str, str | None]] = []
+    for p in task.preds:
+        if p.because == "app_failure" and p.task in waited:
+            # The wait ran only on an application failure: its success is the condition.
+            w = backoff_name(p.task)
+            links.append((f"{w}.Succeeded", None))
+        else:
+            links.append((f"{p.task}.Failed || {p.task}.Errored", condition(plan, p)))
+    if links:
+        out["depends"] = " || ".join(f"({d})" if len(links) > 1 else d for d, _ in links)
+        conds = [c if c is not None else
+                 f"tasks['{d.split('.')[0]}'].status == 'Succeeded'" for d, c in links]
+        if any(c is not None for _, c in links):
+            out["when"] = "{{=" + " || ".join(f"({c})" for c in conds) + "}}"
     args: Json = {}
     if task.name in pods.parameterised:
         args["parameters"] = [{"name": ATTEMPT_PARAM, "value": str(task.first_attempt)}]
@@ -418,7 +452,12 @@ def grid_tasks(ctx: Context, plan: StagePlan, pods: PodTemplates) -> list[Json]:
          "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
         for s, o in sorted(plan.upstream)
     ]
-    tasks = [grid_task(ctx, plan, task, arts, pods) for task in plan.tasks]
+    after = waits(plan)
+    tasks: list[Json] = []
+    for task in plan.tasks:
+        tasks.append(grid_task(ctx, plan, task, arts, pods, frozenset(after)))
+        if task.name in after:
+            tasks.append(backoff_task(plan, task.name, after[task.name]))
     names = [task.name for task in plan.tasks]
     exhausted = oom_exhausted_name(plan.task)
     if plan.has_ladder:
@@ -505,20 +544,66 @@ def lower_pod(ctx: Context, plan: StagePlan) -> LoweredStage:
     check_texts(ctx, plan)
     hash_inputs = hash_inputs_of(plan)
     (task,) = plan.tasks
-    return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
+    m = memoize(ctx, plan, hash_inputs)
+    if m is None or task.limit == 0:
+        return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
+    # A leaf with both `memoize` and a `retryStrategy` hangs its workflow on a cache hit: the
+    # hit is a Retry node, whose children Argo's assessDAGPhase skips (getRetryNodeChildrenIds),
+    # so the DAG around it never completes.  The cache goes on a one-task DAG around the pod,
+    # as on a grid (test_a_cache_hit_in_the_middle_of_the_dag_with_the_default_retry_budget_completes).
+    inner = replace(task, name=wrapped_task_name(plan.task))
+    pod = leaf(ctx, plan, inner, hash_inputs, wrapped=True)
+    return LoweredStage(plan, [wrapper_template(plan, hash_inputs, inner.name, m), pod],
+                        hash_inputs)
+
+
+def wrapped_task_name(task: str) -> str:
+    return f"{task}-pod"
+
+
+def wrapper_template(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], inner: str,
+                     memo: Json) -> Json:
+    """A memoized one-task DAG running the stage's pod; its outputs are the pod's."""
+    t: Json = {"name": plan.task}
+    inputs = template_inputs(plan, hash_inputs, leaf=False)
+    if inputs:
+        t["inputs"] = inputs
+    names = sorted(plan.stage.outputs)
+    if names:
+        ref = "tasks." + inner + ".outputs"
+        t["outputs"] = {
+            "parameters": [{"name": hash_param_name(n), "valueFrom": {
+                "parameter": "{{" + ref + ".parameters." + hash_param_name(n) + "}}"}}
+                for n in names],
+            "artifacts": [{"name": n, "from": "{{" + ref + ".artifacts." + n + "}}"}
+                          for n in names],
+        }
+    t["memoize"] = memo
+    task: Json = {"name": inner, "template": inner}
+    if plan.upstream:
+        task["arguments"] = {"artifacts": [
+            {"name": artifact_input_name(s, o),
+             "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
+            for s, o in sorted(plan.upstream)]}
+    t["dag"] = {"tasks": [task]}
+    return t
 
 
 def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
     check_gpu(ctx, plan)
     check_texts(ctx, plan)
-    if len(plan.tasks) > ctx.options.max_tasks - 2:
+    needed = len(plan.tasks) + len(waits(plan))
+    if needed > ctx.options.max_tasks - 2:
         loc: Loc = ("stages", plan.index, "retry", "attempts")
-        ctx.error("P0403", f"stage `{plan.stage.name}` would need {len(plan.tasks)} tasks "
-                  "(memory rungs x GPU types x application attempts), over Argo's 200 per DAG",
+        ctx.error("P0403", f"stage `{plan.stage.name}` would need {needed} tasks "
+                  "(memory rungs x GPU types x application attempts, and a backoff wait before "
+                  "each application retry), over Argo's 200 per DAG",
                   loc, help="lower `retry.attempts` or the ladder")
     hash_inputs = hash_inputs_of(plan)
     pods = pod_templates(ctx, plan, hash_inputs)
     extra = [oom_exhausted_template(ctx, plan)] if plan.has_ladder else []
+    if waits(plan):
+        extra.append(backoff_template(plan.task))
     extra.append(join_template(plan.task))
     return LoweredStage(plan, [grid_template(ctx, plan, hash_inputs, pods), *pods.templates,
                                *extra], hash_inputs)

@@ -90,7 +90,7 @@ def topo_order(pipeline: Pipeline) -> tuple[list[int], list[int]]:
 
 @dataclass(frozen=True)
 class Backoff:
-    """Argo's backoff: the n-th retry of a task waits ``seconds * factor^(n-1)``, capped."""
+    """The wait before the n-th application retry: ``seconds * factor^(n-1)``, capped."""
 
     seconds: int
     factor: int
@@ -105,8 +105,7 @@ class Backoff:
 def backoff_of(rule: Retry) -> Backoff | None:
     if rule.backoff is None:
         return None
-    # Backoff applies to every retry inside a task, preemptions included, so an uncapped
-    # exponential would leave a spot stage waiting hours after its tenth reclaim: cap it.
+    # An uncapped exponential would leave a stage waiting hours before its tenth retry: cap it.
     cap = rule.max_backoff if rule.max_backoff is not None else max(
         DEFAULT_BACKOFF_CAP, rule.backoff)
     return Backoff(rule.backoff, rule.backoff_factor, cap)

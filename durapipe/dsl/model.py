@@ -180,8 +180,8 @@ class Retry:
     attempts: Annotated[int, Bounds(ge=0, le=100)] = 0
     #: Retries after a preemption (spot reclaim, node shutdown, eviction, pod deletion).
     preemptions: Annotated[int, Bounds(ge=0, le=100)] = 3
-    #: Wait before the first preemption retry of an attempt; each later wait is
-    #: `backoff_factor` times longer (an application failure retries at once).
+    #: Wait before the first application retry; each later wait is `backoff_factor` times
+    #: longer (a preemption retries at once, an OOM climbs at once).
     backoff: Seconds | None = None
     #: Growth of the wait between retries.
     backoff_factor: Annotated[int, Bounds(ge=1, le=10)] = 2

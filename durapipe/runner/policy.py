@@ -2,9 +2,9 @@
 
 The rules are the compiled workflow's (``durapipe/compiler/plan.py`` decides them for both
 executors, ``docs/lowering.md`` says how Argo runs them).  A stage runs as a chain of tasks:
-each task retries preemptions up to ``retry.preemptions`` with Argo's backoff; an application
-failure ends the task and starts the next application attempt's (spending ``retry.attempts``,
-at once, as the next DAG task starts); an out-of-memory kill moves to the same attempt one rung
+each task retries preemptions up to ``retry.preemptions`` at once; an application failure ends
+the task and starts the next application attempt's after the backoff (spending
+``retry.attempts``; on Argo a wait task between the two); an out-of-memory kill moves to the same attempt one rung
 up the OOM ladder without spending either budget; a CUDA OOM fails or spends ``attempts`` per
 ``gpu_oom``.
 """
@@ -47,10 +47,8 @@ def _preempted(plan: StagePlan, budget: Budget) -> Decision:
     limit = plan.budgets.preemptions
     if budget.preemptions < limit:
         budget.preemptions += 1
-        backoff = plan.budgets.backoff
         return Decision("retry", budget.rung,
-                        f"preempted; retry {budget.preemptions}/{limit} of the preemption budget",
-                        backoff.wait(budget.preemptions) if backoff is not None else 0.0)
+                        f"preempted; retry {budget.preemptions}/{limit} of the preemption budget")
     return Decision("fail", budget.rung,
                     f"preempted {budget.preemptions + 1} times; the preemption budget "
                     f"({limit}) is spent")
@@ -86,6 +84,8 @@ def decide(plan: StagePlan, budget: Budget, verdict: str) -> Decision:
     if budget.failures < attempts:
         budget.failures += 1
         budget.next_task()
-        return Decision("retry", budget.rung, f"{what}; retry {budget.failures}/{attempts}")
+        backoff = plan.budgets.backoff
+        return Decision("retry", budget.rung, f"{what}; retry {budget.failures}/{attempts}",
+                        backoff.wait(budget.failures) if backoff is not None else 0.0)
     return Decision("fail", budget.rung,
                     f"{what}; the failure budget ({attempts}) is spent" if attempts else what)

@@ -87,6 +87,11 @@ def cache_root() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "durapipe" / "go-tools"
 
 
+def _replaces_argo(tool_dir: Path) -> bool:
+    return re.search(rf"^replace\s+{re.escape(ARGO_MODULE)}\s+=>",
+                     (tool_dir / "go.mod").read_text(), re.M) is not None
+
+
 def argo_source_or_skip(tool_dir: Path) -> Path:
     """The Argo v4.1.2 module source that the tool's go.mod ``replace``s Argo with.
 
@@ -106,11 +111,14 @@ def argo_source_or_skip(tool_dir: Path) -> Path:
 
 def source_hash(tool_dir: Path, go: str) -> str:
     """Hash of everything that decides the build: our Go sources and module files, the
-    replaced Argo source they build against, and Go's version."""
+    replaced Argo source they build against (if any), and Go's version. Other dependencies are
+    pinned by go.sum, which is hashed."""
     h = hashlib.sha256()
     h.update(subprocess.run([go, "version"], capture_output=True, check=True).stdout)
-    argo_src = argo_source_or_skip(tool_dir)
-    for root in (tool_dir, argo_src):
+    roots = [tool_dir]
+    if _replaces_argo(tool_dir):
+        roots.append(argo_source_or_skip(tool_dir))
+    for root in roots:
         for path in sorted(root.rglob("*")):
             if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")
                                    or "testdata" in path.parts):
@@ -131,29 +139,54 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run_go(args: list[str], cwd: Path, env: dict[str, str]) -> None:
+def _run_go(args: list[str], cwd: Path, env: dict[str, str],
+            timeout: float = BUILD_TIMEOUT_S) -> None:
     proc = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
         check=False,
     )
     if proc.returncode != 0:
         raise ToolError(f"{' '.join(args)} failed in {cwd}:\n{proc.stdout}\n{proc.stderr}")
 
 
-def _cached_build(name: str, build: Any) -> Path:
+def _cached_build(name: str, build: Any, tool: str | None = None) -> Path:
+    """``name`` built by ``build(go, tool_dir, out_dir, tmp)`` from ``tools/<tool>`` (default
+    ``tools/<name>``), cached under ``<tool>-<hash>/<name>``."""
     go = go_or_skip()
-    tool_dir = TOOLS / name
-    out_dir = cache_root() / f"{name}-{source_hash(tool_dir, go)}"
+    tool = tool or name
+    tool_dir = TOOLS / tool
+    out_dir = cache_root() / f"{tool.replace('/', '-')}-{source_hash(tool_dir, go)}"
     binary = out_dir / name
     if binary.exists():
         return binary
-    with _locked(cache_root() / f"{name}.lock"):
+    with _locked(cache_root() / f"{tool.replace('/', '-')}.lock"):
         if not binary.exists():
             out_dir.mkdir(parents=True, exist_ok=True)
             tmp = out_dir / f".{name}.tmp"
             build(go, tool_dir, out_dir, tmp)
             tmp.replace(binary)  # atomic: a half-written binary is never picked up
     return binary
+
+
+def build_go_command(tool: str, name: str, package: str,
+                     overlay: dict[str, Path] | None = None) -> Path:
+    """The command ``package`` built from the module ``tools/<tool>`` as ``name`` (cached).
+
+    ``overlay`` adds files to packages of the build, as ``go build -overlay`` does:
+    target path (inside a replaced module's source) -> our file."""
+
+    def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
+        env = _go_env()
+        env["GOWORK"] = "off"
+        args = [go, "build", "-trimpath", "-ldflags=-s"]
+        if overlay:
+            spec = out_dir / f"{name}.overlay.json"
+            spec.write_text(json.dumps({"Replace": {k: str(v) for k, v in overlay.items()}}))
+            args += ["-overlay", str(spec)]
+        # kube-apiserver alone took 22 min on a loaded 2-core machine with an empty build cache.
+        _run_go([*args, "-o", str(tmp), package], tool_dir, env, timeout=3 * BUILD_TIMEOUT_S)
+
+    return _cached_build(name, build, tool=tool)
 
 
 def build_argo_check() -> Path:

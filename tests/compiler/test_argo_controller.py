@@ -313,7 +313,7 @@ def test_memoized_stage_is_reused_unless_a_param_or_upstream_hash_changes() -> N
 
     def attempts(prep_hash: str, model: str) -> dict[str, Any]:
         return {"prep": [{"outcome": "succeeded", "outputs": {"data-hash": prep_hash}}],
-                "train": [{"outcome": "succeeded", "outputs": {"model-hash": model}}]}
+                "train-pod": [{"outcome": "succeeded", "outputs": {"model-hash": model}}]}
 
     report = run_scenario({"name": "memo", "workflow": doc, "expect": {}, "runs": [
         {"attempts": attempts("aaaa", "m1")},
@@ -356,3 +356,71 @@ def test_application_failures_stop_at_the_budget_even_with_preemptions_left() ->
     })
     assert report["phase"] == "Failed"
     assert len(pods(report)) == 2
+
+
+def test_a_cache_hit_in_the_middle_of_the_dag_with_the_default_retry_budget_completes() -> None:
+    """A single-pod stage (attempts = 0) with the default preemption budget: a cache hit on
+    the middle stage must not leave the workflow Running (Argo's assessDAGPhase skips the
+    children of a cache-hit Retry node)."""
+    from durapipe.dsl.model import Cache, Ref
+    from tests.argo.argo_tools import run_scenario
+
+    p = pipeline(
+        stage("prep", outputs={"data": "/out/data"}, cache=Cache()),
+        stage("train", command=("python", "train.py", Ref(path=("prep", "outputs", "data"))),
+              outputs={"model": "/out/model"}, cache=Cache()),
+        stage("eval", command=("python", "eval.py", Ref(path=("train", "outputs", "model")))),
+    )
+    (doc,) = compile_pipeline(p, CompileOptions()).documents
+    doc["metadata"] = {"name": "hit"}
+    strip_artifacts(doc)
+    first = {"prep-pod": [{"outcome": "succeeded", "outputs": {"data-hash": "d1"}}],
+             "train-pod": [{"outcome": "succeeded", "outputs": {"model-hash": "m1"}}]}
+    report = run_scenario({"name": "hit", "workflow": doc, "expect": {}, "runs": [
+        {"attempts": first}, {"attempts": first}]})
+    assert not report.get("error"), report.get("error")
+    assert [r["phase"] for r in report["runs"]] == ["Succeeded", "Succeeded"]
+    second = report["runs"][1]
+    assert [node(second, n)["memoization"]["hit"] for n in ("prep", "train")] == [True, True]
+    assert node(second, "train")["outputs"]["model-hash"] == "m1"
+    assert node(second, "eval")["phase"] == "Succeeded"
+    # Only eval ran again; the memoized stages' pods did not.
+    assert [a["key"] for a in second["attempts"] if "pod" in a] == ["eval"]
+
+
+BACKOFF_LADDER = Retry(attempts=1, preemptions=1, backoff=300,
+                       on_oom=OnOom(memory=(GI, 2 * GI, 4 * GI)))
+
+
+def test_an_oom_climb_starts_the_next_rung_at_once_and_an_application_retry_waits_once() -> None:
+    """Argo applies a retryStrategy's backoff before it evaluates the retry expression, so a
+    pod template with a backoff waits it before *every* failure that leaves the task too: an
+    OOM climb, the last failure.  Only the application retry may wait, and exactly once."""
+    report = run(pipeline(stage(retry=BACKOFF_LADDER)), {
+        "train-mem-1gi-app-0": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-0": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+        "train-mem-2gi-app-1": [{"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-4gi-app-1": [{"outcome": "failed", "exitCode": 2, "minutes": 5}],
+    })
+    assert report["phase"] == "Failed"
+    assert [p[0] for p in pods(report)] == [
+        "train-mem-1gi-app-0", "train-mem-2gi-app-0", "train-mem-2gi-app-1",
+        "train-mem-4gi-app-1"]
+    # The OOM at minute 5 starts the next rung with no gap (the clock ticks 30 s at most).
+    assert 5 <= started(report, "train-mem-2gi-app-0") < 5.6
+    # The application failure at minute 10 waits its 5-minute backoff, once (not 10).
+    assert 15 <= started(report, "train-mem-2gi-app-1") < 15.6
+    # The second OOM climbs at once, and the final failure ends the workflow at once.
+    assert 20 <= started(report, "train-mem-4gi-app-1") < 20.6
+    assert report["simMinutes"] < 25.6
+
+
+def test_a_preemption_retry_does_not_delay_a_later_oom_climb() -> None:
+    s = stage(interruptible=True, retry=BACKOFF_LADDER)
+    report = run(pipeline(s), {
+        "train-mem-1gi-app-0": [{"outcome": "deleted", "minutes": 5},
+                                {"outcome": "oomkilled", "minutes": 5}],
+        "train-mem-2gi-app-0": [{"outcome": "succeeded", "minutes": 5}],
+    })
+    assert report["phase"] == "Succeeded"
+    assert 10 <= started(report, "train-mem-2gi-app-0") < 10.6

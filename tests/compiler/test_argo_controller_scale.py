@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from durapipe.compiler import CompileOptions, compile_pipeline
+from durapipe.compiler.argo_stage import wrapped_task_name
 from tests.compiler.models import Pipeline, Stage
 from tests.compiler.test_argo_controller import strip_artifacts
 from tests.compiler.test_split import chain
@@ -38,7 +39,9 @@ def run_split(p: Pipeline, max_steps: int) -> dict[str, Any]:
         strip_artifacts(doc)
     workflow["metadata"] = {"name": p.name}
     # What each pod's wait container would publish: the content hash of its output.
-    outcomes = {s.name: [{"outcome": "succeeded", "outputs": {"out-hash": f"sha-{s.name}"}}]
+    # A cached stage runs its pod as a task of its own (the cache is on a DAG around it).
+    outcomes = {wrapped_task_name(s.name) if s.cache else s.name:
+                [{"outcome": "succeeded", "outputs": {"out-hash": f"sha-{s.name}"}}]
                 for s in p.stages}
     report = run_scenario({"name": p.name, "workflow": workflow, "workflowTemplates": parts,
                            "runs": [{"attempts": outcomes}], "maxSteps": max_steps,

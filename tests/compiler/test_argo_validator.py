@@ -50,11 +50,12 @@ def test_argo_validator_resolves_template_refs_of_a_split_pipeline(tmp_path: Pat
     from tests.argo.argo_tools import argo_check
 
     result = compile_pipeline(chain(300), CompileOptions())
-    assert result.ok and len(result.documents) == 3
+    assert result.ok and len(result.documents) > 2
     out = tmp_path / "big.yaml"
     out.write_text(to_yaml(result.documents))
     results = argo_check([out])
-    assert [r.kind for r in results] == ["WorkflowTemplate", "WorkflowTemplate", "Workflow"]
+    assert [r.kind for r in results] == ["WorkflowTemplate"] * (len(result.documents) - 1) + [
+        "Workflow"]
     assert [r.error for r in results if not r.ok] == []
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,8 +110,7 @@ def test_each_task_retries_preemptions_only_with_the_preemption_budget() -> None
         "limit": "5",
         "retryPolicy": "Always",
         "expression": PREEMPTED,
-        "backoff": {"duration": "30s", "factor": "2", "cap": "10m"},
-    }
+    }  # no backoff: Argo would wait it before every failure that leaves the task too
     assert env_of(t)[contract.ENV_ATTEMPT] == "{{retries}}"
 
 
@@ -155,10 +156,19 @@ def test_no_budgets_means_no_retry_strategy_and_attempt_zero() -> None:
     assert env_of(t)[contract.ENV_ATTEMPT] == "0"
 
 
-def test_backoff_cap_and_factor_are_strings() -> None:
-    s = stage(retry=Retry(attempts=0, backoff=60, backoff_factor=3, max_backoff=3600))
-    backoff = templates(compiled(pipeline(s)))["train"]["retryStrategy"]["backoff"]
-    assert backoff == {"duration": "1m", "factor": "3", "cap": "1h"}
+def test_backoff_waits_before_each_application_retry_with_its_factor_and_cap() -> None:
+    s = stage(retry=Retry(attempts=4, backoff=60, backoff_factor=3, max_backoff=600))
+    ts = templates(compiled(pipeline(s)))
+    dag = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    waits = [dag[f"train-app-{k}-backoff"] for k in range(4)]
+    assert [w["arguments"]["parameters"] for w in waits] == [
+        [{"name": "duration", "value": v}] for v in ("1m", "3m", "9m", "10m")]
+    assert waits[0]["depends"] == "train-app-0.Failed || train-app-0.Errored"
+    assert waits[0]["when"] == "{{=" + retry.app_failure_condition(
+        "train-app-0", "fail", has_ladder=False) + "}}"
+    assert dag["train-app-1"]["depends"] == "train-app-0-backoff.Succeeded"
+    assert "when" not in dag["train-app-1"]
+    assert "train-app-4-backoff" not in dag  # the last failure waits for nothing
 
 
 def test_retry_markers_come_from_the_runtime_contract() -> None:
@@ -474,8 +484,12 @@ def test_memoize_key_inputs_are_exact() -> None:
                         "value": "{{tasks.prep.outputs.parameters.data-hash}}"}],
         "artifacts": [{"name": "in-prep-data", "from": "{{tasks.prep.outputs.artifacts.data}}"}],
     }
-    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
+    # A cached pod stage: the cache on a one-task DAG, the outputs read from its pod.
+    assert ts["prep-pod"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
         "path": "/var/run/durapipe/outputs/data.hash", "default": ""}}]
+    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
+        "parameter": "{{tasks.prep-pod.outputs.parameters.data-hash}}"}}]
+    assert "memoize" not in ts["prep-pod"] and "retryStrategy" not in ts["prep"]
     assert main[2]["depends"] == "train"
 
 
@@ -503,9 +517,9 @@ def test_runtime_key_matches_go_json_encoding() -> None:
 
 def test_declared_inputs_reach_the_runtime_and_command_refs_become_paths() -> None:
     ts = templates(compiled(prep_train_eval()))
-    assert ts["train"]["container"]["command"][-1] == "/var/run/durapipe/inputs/prep/data"
-    assert env_of(ts["eval"])["DURAPIPE_INPUTS"] == '{"model":"/var/run/durapipe/inputs/train/model"}'
-    assert ts["prep"]["container"]["command"][-2:] == [
+    assert ts["train-pod"]["container"]["command"][-1] == "/var/run/durapipe/inputs/prep/data"
+    assert env_of(ts["eval-pod"])["DURAPIPE_INPUTS"] == '{"model":"/var/run/durapipe/inputs/train/model"}'
+    assert ts["prep-pod"]["container"]["command"][-2:] == [
         "{{workflow.parameters.epochs}}", "--out={{workflow.parameters.out}}"]
 
 
@@ -528,7 +542,7 @@ def test_multi_node_jobset_manifest() -> None:
     assert manifest["metadata"]["generateName"] == "{{workflow.name}}-pretrain-"
     spec = manifest["spec"]
     assert spec["failurePolicy"] == {"maxRestarts": 2, "rules": [{
-        "name": "host-maintenance", "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "name": "HostMaintenance", "action": "RestartJobSetAndIgnoreMaxRestarts",
         "onJobFailureReasons": ["PodFailurePolicy"]}]}
     (rjob,) = spec["replicatedJobs"]
     job = rjob["template"]["spec"]
@@ -551,7 +565,28 @@ def test_multi_node_jobset_manifest() -> None:
     assert pod["restartPolicy"] == "Never"
     assert pod["terminationGracePeriodSeconds"] == 300
     assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    assert [c["name"] for c in pod["containers"]] == ["main", "durapipe-uploader"]
+    # A Job pod completes when its regular containers have: the uploader is a native sidecar.
+    assert [c["name"] for c in pod["containers"]] == ["main"]
+    assert [(c["name"], c.get("restartPolicy")) for c in pod["initContainers"]] == [
+        ("durapipe-install", None), ("durapipe-uploader", "Always")]
+
+
+#: JobSet v0.12.0's webhook, ../shared/jobset/v0.12.0/src/pkg/webhooks/jobset_webhook.go:418
+#: (``ruleNameFmt``, checked in ``validateFailurePolicy``), with its length bounds (1-128).
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def test_jobset_failure_policy_rule_names_pass_jobsets_webhook() -> None:
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "jobset" / "v0.12.0" / "src"
+    webhook = shared / "pkg" / "webhooks" / "jobset_webhook.go"
+    if webhook.exists():  # the copy above is the webhook's own pattern
+        assert 'ruleNameFmt       = "' + JOBSET_RULE_NAME.pattern + '"' in webhook.read_text()
+    s = stage(distributed=Distributed(replicas=2, restart_on_maintenance=True),
+              resources=Resources(cpu=4))
+    manifest = yaml.safe_load(templates(compiled(pipeline(s)))["train"]["resource"]["manifest"])
+    names = [r["name"] for r in manifest["spec"]["failurePolicy"]["rules"]]
+    assert names and all(JOBSET_RULE_NAME.match(n) and len(n) <= 128 for n in names)
+    assert not JOBSET_RULE_NAME.match("host-maintenance")  # what was refused
 
 
 def test_maintenance_restarts_count_when_asked() -> None:
@@ -654,7 +689,7 @@ def test_params_become_arguments_with_string_defaults() -> None:
 
 
 def test_secrets_are_secret_key_refs_only() -> None:
-    t = templates(compiled(prep_train_eval()))["prep"]
+    t = templates(compiled(prep_train_eval()))["prep-pod"]
     assert {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in t[
         "container"]["env"]
 

@@ -32,20 +32,21 @@ def test_small_limits_split_into_parts_with_cross_part_data() -> None:
     tasks = main["spec"]["templates"][0]["dag"]["tasks"]
     assert tasks[0] == {"name": "part-0", "templateRef": {"name": "big-part-0", "template": "part"}}
     assert tasks[1]["depends"] == "part-0"
-    # s4 reads s3's output and s3 lives in the previous part: the artifact crosses the cut.
-    (s3_art,) = [a for a in tasks[1]["arguments"]["artifacts"] if a["name"] == "in-s3-out"]
-    assert s3_art["from"] == "{{tasks.part-0.outputs.artifacts.s3-out}}"
+    # s3 reads s2's output and s2 lives in the previous part: the artifact crosses the cut.
+    # (A cached stage is two templates, its memoized DAG and its pod, so parts hold 3 stages.)
+    (s2_art,) = [a for a in tasks[1]["arguments"]["artifacts"] if a["name"] == "in-s2-out"]
+    assert s2_art["from"] == "{{tasks.part-0.outputs.artifacts.s2-out}}"
     part0 = parts[0]["spec"]["templates"][0]
-    assert {"name": "s3-out", "from": "{{tasks.s3.outputs.artifacts.out}}"} in part0["outputs"][
+    assert {"name": "s2-out", "from": "{{tasks.s2.outputs.artifacts.out}}"} in part0["outputs"][
         "artifacts"]
-    # s12 (part 3) is cached and reads s11 (part 2): the content hash crosses as a parameter.
-    part3 = parts[3]["spec"]["templates"][0]
-    assert part3["inputs"]["parameters"] == [{"name": "s11-out-hash"}]
+    # s12 (part 4) is cached and reads s11 (part 3): the content hash crosses as a parameter.
+    part4 = parts[4]["spec"]["templates"][0]
+    assert part4["inputs"]["parameters"] == [{"name": "s11-out-hash"}]
     assert {"name": "s11-out-hash", "valueFrom": {
-        "parameter": "{{tasks.s11.outputs.parameters.out-hash}}"}} in parts[2]["spec"]["templates"][
+        "parameter": "{{tasks.s11.outputs.parameters.out-hash}}"}} in parts[3]["spec"]["templates"][
         0]["outputs"]["parameters"]
-    assert tasks[3]["arguments"]["parameters"] == [{
-        "name": "s11-out-hash", "value": "{{tasks.part-2.outputs.parameters.s11-out-hash}}"}]
+    assert tasks[4]["arguments"]["parameters"] == [{
+        "name": "s11-out-hash", "value": "{{tasks.part-3.outputs.parameters.s11-out-hash}}"}]
 
 
 @pytest.mark.slow

@@ -77,16 +77,18 @@ def test_oom_without_a_ladder_is_an_application_failure() -> None:
 
 
 def test_backoff_grows_and_is_capped() -> None:
-    retry = Retry(preemptions=5, backoff=10, backoff_factor=3, max_backoff=60)
-    assert _waits(retry, [c.VERDICT_PREEMPTED] * 3) == [10.0, 30.0, 60.0]
+    retry = Retry(attempts=5, backoff=10, backoff_factor=3, max_backoff=60)
+    assert _waits(retry, [c.VERDICT_APP_FAILURE] * 3) == [10.0, 30.0, 60.0]
 
 
-def test_backoff_is_capped_by_default_and_restarts_with_each_task() -> None:
-    # Argo backs off the retries of one task (preemptions); an application failure starts the
-    # next attempt's task at once, and that task's backoff starts over.
-    retry = Retry(attempts=1, preemptions=12, backoff=30)
-    waits = _waits(retry, [c.VERDICT_PREEMPTED] * 6 + [c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED])
-    assert waits == [30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 0.0, 30.0]
+def test_backoff_spaces_application_retries_only_and_is_capped_by_default() -> None:
+    # As the compiled workflow: a wait task before each application retry; a preemption
+    # retries at once and an OOM climbs at once (a leaf's backoff would delay both on Argo).
+    retry = Retry(attempts=12, preemptions=3, backoff=30,
+                  on_oom=OnOom(memory=(2**30, 2**31)))
+    waits = _waits(retry, [c.VERDICT_PREEMPTED, c.VERDICT_HOST_OOM] + [c.VERDICT_APP_FAILURE] * 6
+                   + [c.VERDICT_PREEMPTED])
+    assert waits == [0.0, 0.0, 30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 0.0]
 
 
 def test_the_preemption_budget_is_per_task_as_on_argo() -> None:

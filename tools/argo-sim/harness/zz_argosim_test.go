@@ -74,6 +74,9 @@ type simScenario struct {
 	// memoization caches (ConfigMaps) carry over from one run to the next.
 	Runs     []simRun `json:"runs"`
 	MaxSteps int      `json:"maxSteps,omitempty"`
+	// RecordWorkflow adds each run's final Workflow object to its report, as the API server
+	// would return it (tests/cluster records them for `durapipe status`).
+	RecordWorkflow bool `json:"recordWorkflow,omitempty"`
 }
 
 type podReport struct {
@@ -141,7 +144,8 @@ type runReport struct {
 	OperateSeconds float64      `json:"operateSeconds"`
 	Nodes          []nodeReport `json:"nodes"`
 	// Pod nodes (attempts) in creation order, for easy assertions.
-	Attempts []nodeReport `json:"attempts"`
+	Attempts []nodeReport   `json:"attempts"`
+	Object   *wfv1.Workflow `json:"object,omitempty"`
 }
 
 type simReport struct {
@@ -833,7 +837,11 @@ func TestArgoSim(t *testing.T) {
 			podSnapshots: map[string]*apiv1.Pod{}, podsPerNode: map[string]int{},
 			patchesAtStart: controllerPodPatches.Load()}
 		s.runWithSnapshots(maxSteps)
-		rep.Runs = append(rep.Runs, s.report())
+		r := s.report()
+		if sc.RecordWorkflow {
+			r.Object = s.wf.DeepCopy()
+		}
+		rep.Runs = append(rep.Runs, r)
 	}
 }
 

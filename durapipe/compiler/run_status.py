@@ -1,0 +1,439 @@
+"""A running or finished Workflow read back as durapipe stages (``durapipe status``).
+
+Argo's node tree names tasks, retries and DAGs; a user asked for stages.  ``interpret`` turns
+a Workflow object (as the API server returns it, a plain JSON mapping) into one report per
+stage: its outcome, each attempt with the memory rung and GPU type it ran on and the verdict
+it ended with, the budgets those attempts used, and whether a cache hit skipped it.
+
+Everything is read from the object itself, so a run can be explained without its source:
+each pod template carries the runtime contract's environment (``DURAPIPE_STAGE``,
+``DURAPIPE_RUNG``, ``DURAPIPE_GPU_TYPE``, ``DURAPIPE_ATTEMPT``, often templated on the task's
+input parameters, which every node records resolved), and the verdict the wrapper wrote is the
+pod's termination message, which Argo copies into the node's message.  Pure: no I/O, no
+Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from durapipe.compiler import naming
+from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
+from durapipe.runtime import contract
+
+Json = Mapping[str, Any]
+
+#: Verdicts beyond the runtime's own: what the controller, not the wrapper, decided.
+PENDING_TIMEOUT = "pending_timeout"
+ERROR = "error"
+RUNNING = "running"
+#: Node phases that end a node.
+DONE_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
+_RETRY_SUFFIX = re.compile(r"^(.*)\((\d+)\)$")
+_APP_SUFFIX = re.compile(r"-app-(\d+)$")
+_PARAM = re.compile(r"\{\{\s*inputs\.parameters\.([-A-Za-z0-9_]+)\s*\}\}")
+_RETRIES = re.compile(r"\{\{\s*retries\s*\}\}")
+_AS_INT_SUM = re.compile(r"^\{\{=\s*(.*?)\s*\}\}$")
+_AS_INT = re.compile(r"^asInt\((.*)\)$")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One pod the stage ran."""
+
+    node: str
+    attempt: int | None
+    rung: int | None
+    memory: str
+    gpu_type: str
+    phase: str
+    verdict: str
+    exit_code: str
+    message: str
+    reason: str
+    started_at: str
+    finished_at: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of one retry budget a stage used; ``limit`` is what the compiled object
+    allows (per task for preemptions), ``None`` where it does not say."""
+
+    used: int
+    limit: int | None
+
+
+@dataclass
+class StageReport:
+    stage: str
+    phase: str
+    cache_hit: bool
+    attempts: list[Attempt] = field(default_factory=list)
+    preemptions: Budget = Budget(0, None)
+    failures: Budget = Budget(0, None)
+    #: OOM kills, and the rungs of the ladder (``limit``: how many there are).
+    oom: Budget = Budget(0, None)
+    rungs: int = 1
+    #: The rung, memory and GPU type of the attempt that succeeded (or ran last).
+    rung: int | None = None
+    memory: str = ""
+    gpu_type: str = ""
+    message: str = ""
+
+
+@dataclass
+class RunReport:
+    name: str
+    namespace: str
+    phase: str
+    message: str
+    started_at: str
+    finished_at: str
+    progress: str
+    stages: list[StageReport]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("Succeeded", "Failed", "Error")
+
+
+# -- templates --------------------------------------------------------------------------------
+
+
+class _Templates:
+    """Every template the Workflow can run, by (WorkflowTemplate name or "", template)."""
+
+    def __init__(self, wf: Json) -> None:
+        spec, status = wf.get("spec") or {}, wf.get("status") or {}
+        self.by_key: dict[tuple[str, str], Json] = {}
+        self.by_name: dict[str, Json] = {}
+        ref = (spec.get("workflowTemplateRef") or {}).get("name", "")
+        stored_spec = status.get("storedWorkflowTemplateSpec") or {}
+        for owner, templates in (("", spec.get("templates")), (ref, stored_spec.get("templates")),
+                                 ("", stored_spec.get("templates"))):
+            for tmpl in templates or ():
+                self._add(owner, tmpl)
+        for key, tmpl in sorted((status.get("storedTemplates") or {}).items()):
+            parts = key.split("/")
+            self._add(parts[1] if len(parts) == 3 else "", tmpl)
+        self.ordered = list(dict.fromkeys(id(t) for t in self.by_key.values()))
+
+    def _add(self, owner: str, tmpl: Json) -> None:
+        name = str(tmpl.get("name", ""))
+        self.by_key.setdefault((owner, name), tmpl)
+        self.by_name.setdefault(name, tmpl)
+
+    def of_node(self, node: Json) -> Json | None:
+        ref = node.get("templateRef") or {}
+        if ref:
+            return self.by_key.get((ref.get("name", ""), ref.get("template", ""))) \
+                or self.by_name.get(ref.get("template", ""))
+        name = node.get("templateName", "")
+        scope = str(node.get("templateScope", ""))
+        owner = scope.split("/", 1)[1] if "/" in scope else ""
+        return self.by_key.get((owner, name)) or self.by_name.get(name)
+
+    def all(self) -> Iterable[tuple[tuple[str, str], Json]]:
+        return self.by_key.items()
+
+
+def _env(tmpl: Json) -> dict[str, str]:
+    container = tmpl.get("container") or {}
+    return {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or ()
+            if "value" in e}
+
+
+def _labelled_stage(tmpl: Json | None) -> str | None:
+    labels = ((tmpl or {}).get("metadata") or {}).get("labels") or {}
+    found = labels.get("durapipe.dev/stage")
+    return str(found) if found else None
+
+
+def _stage_of(tmpl: Json | None) -> str | None:
+    """The stage whose attempts the template runs: a pod through the runtime wrapper (its
+    contract environment) or a multi-node stage's JobSet (a resource template)."""
+    if tmpl is None:
+        return None
+    stage = _env(tmpl).get(contract.ENV_STAGE)
+    if stage:
+        return stage
+    return _labelled_stage(tmpl) if "resource" in tmpl else None
+
+
+def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
+    """A contract variable's value for one node: its input parameters and retry index
+    substituted, and the compiler's one expression form (a sum of ``asInt``) evaluated."""
+    text = _PARAM.sub(lambda m: params.get(m[1], m[0]), value)
+    text = _RETRIES.sub(str(retries), text)
+    m = _AS_INT_SUM.match(text)
+    if m is None:
+        return text
+    total = 0
+    for term in m[1].split("+"):
+        inner = _AS_INT.match(term.strip())
+        raw = (inner[1] if inner else term).strip()
+        if raw.startswith("inputs.parameters."):
+            raw = params.get(raw[len("inputs.parameters."):], "")
+        elif raw == "retries":
+            raw = str(retries)
+        try:
+            total += int(raw)
+        except ValueError:
+            return text
+    return str(total)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def _memory(env: Mapping[str, str], params: Mapping[str, str], tmpl: Json) -> str:
+    from durapipe.dsl import units
+
+    if params.get("memory"):
+        return params["memory"]
+    limit = _int(env.get(contract.ENV_MEMORY_LIMIT))
+    if limit:
+        return units.format_bytes(limit)
+    limits = ((tmpl.get("container") or {}).get("resources") or {}).get("limits") or {}
+    return str(limits.get("memory", ""))
+
+
+# -- verdicts ---------------------------------------------------------------------------------
+
+
+def verdict_of(phase: str, message: str, exit_code: str) -> tuple[str, str]:
+    """(verdict, reason) of one finished pod node: the wrapper's verdict line where the
+    message holds one, otherwise what the exit code and the controller's message say."""
+    at = message.find(contract.VERDICT_TAG)
+    if at >= 0:
+        rest = message[at + len(contract.VERDICT_TAG):]
+        verdict, _, details = rest.partition(" ")
+        reason = ""
+        try:
+            parsed = json.loads(details) if details.strip() else {}
+            if isinstance(parsed, dict):
+                reason = str(parsed.get("reason") or parsed.get("exception") or "")
+        except ValueError:
+            reason = details.strip()
+        if verdict in contract.VERDICTS:
+            return verdict, reason
+    if phase == "Succeeded":
+        return contract.VERDICT_SUCCESS, ""
+    if phase not in ("Failed", "Error"):
+        return RUNNING, ""
+    if exit_code == str(contract.EXIT_HOST_OOM) and "OOMKilled" in message or any(
+            m in message for m in OOM_MARKERS):
+        return contract.VERDICT_HOST_OOM, message
+    if exit_code == str(contract.EXIT_PREEMPTED) or any(m in message for m in PREEMPTION_MARKERS):
+        return contract.VERDICT_PREEMPTED, message
+    if exit_code == str(contract.EXIT_GPU_OOM):
+        return contract.VERDICT_GPU_OOM, message
+    if exit_code not in ("", "-1"):
+        return contract.VERDICT_APP_FAILURE, message
+    return ERROR, message
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def _params(node: Json) -> dict[str, str]:
+    return {str(p.get("name")): str(p.get("value", ""))
+            for p in (node.get("inputs") or {}).get("parameters") or ()}
+
+
+def _attempt(node: Json, tmpl: Json) -> Attempt:
+    display = str(node.get("displayName") or node.get("name") or "")
+    m = _RETRY_SUFFIX.match(display)
+    retries = int(m[2]) if m else 0
+    params = _params(node)
+    env = {k: _resolve(v, params, retries) for k, v in _env(tmpl).items()}
+    phase = str(node.get("phase", ""))
+    message = str(node.get("message", ""))
+    exit_code = str((node.get("outputs") or {}).get("exitCode", ""))
+    verdict, reason = verdict_of(phase, message, exit_code)
+    if verdict == ERROR and message == "timeout" and tmpl.get("pendingTimeout"):
+        # The controller failed the pod while it waited for capacity (and deleted it): the
+        # GPU type gave way to the next one.
+        verdict, reason = PENDING_TIMEOUT, f"no capacity within {tmpl['pendingTimeout']}"
+    return Attempt(
+        node=display, attempt=_int(env.get(contract.ENV_ATTEMPT)),
+        rung=_int(env.get(contract.ENV_RUNG)), memory=_memory(env, params, tmpl),
+        gpu_type=env.get(contract.ENV_GPU_TYPE, ""), phase=phase, verdict=verdict,
+        exit_code=exit_code, message=message, reason=reason,
+        started_at=str(node.get("startedAt") or ""), finished_at=str(node.get("finishedAt") or ""))
+
+
+@dataclass
+class _Planned:
+    """What the compiled templates say a stage may do."""
+
+    preemption_limit: int | None = None
+    attempts_limit: int = 0
+    rungs: set[str] = field(default_factory=set)
+    pod_templates: set[str] = field(default_factory=set)
+
+
+def _planned(templates: _Templates) -> dict[str, _Planned]:
+    """Per stage, in the order the compiled object lists them: its budgets and rungs."""
+    plans: dict[str, _Planned] = {}
+    pod_stage: dict[str, str] = {}
+    for (_owner, name), tmpl in templates.all():
+        stage = _stage_of(tmpl)
+        if stage is None:
+            continue
+        plan = plans.setdefault(stage, _Planned())
+        pod_stage[name] = stage
+        plan.pod_templates.add(name)
+        limit = _int((tmpl.get("retryStrategy") or {}).get("limit"))
+        if limit is not None:
+            plan.preemption_limit = max(plan.preemption_limit or 0, limit)
+        rung = _env(tmpl).get(contract.ENV_RUNG, "")
+        if rung and "{{" not in rung:
+            plan.rungs.add(rung)
+    for _key, tmpl in templates.all():
+        for task in (tmpl.get("dag") or {}).get("tasks") or ():
+            ref = task.get("templateRef") or {}
+            stage = pod_stage.get(str(ref.get("template") or task.get("template", "")))
+            if stage is None:
+                continue
+            plan = plans[stage]
+            m = _APP_SUFFIX.search(str(task.get("name", "")))
+            if m:
+                plan.attempts_limit = max(plan.attempts_limit, int(m[1]))
+            args = {str(p.get("name")): str(p.get("value", ""))
+                    for p in (task.get("arguments") or {}).get("parameters") or ()}
+            if "rung" in args:
+                plan.rungs.add(args["rung"])
+    return plans
+
+
+def _stage_node(nodes: Iterable[Json], stage: str) -> Json | None:
+    """The node of the stage's own task: the DAG of its grid, or its single leaf."""
+    task = naming.task_name(stage)
+    found = [n for n in nodes if n.get("displayName") == task and n.get("type") != "Pod"]
+    if not found:
+        found = [n for n in nodes if n.get("displayName") == task]
+    return found[0] if found else None
+
+
+def interpret(wf: Json) -> RunReport:
+    """The stage report of one Workflow object (any phase, any point of its run)."""
+    meta, status = wf.get("metadata") or {}, wf.get("status") or {}
+    templates = _Templates(wf)
+    plans = _planned(templates)
+    nodes = list((status.get("nodes") or {}).values())
+    nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
+    by_stage: dict[str, list[Attempt]] = {s: [] for s in plans}
+    notes: dict[str, str] = {}
+    for node in nodes:
+        if node.get("type") != "Pod":
+            continue
+        tmpl = templates.of_node(node)
+        stage = _stage_of(tmpl)
+        if stage is None or tmpl is None:
+            # A pod of the stage that is no attempt (the OOM ladder's exhausted marker): its
+            # message says why the stage ended.
+            labelled = _labelled_stage(tmpl)
+            if labelled is not None and node.get("message"):
+                notes[labelled] = str(node["message"])
+            continue
+        by_stage.setdefault(stage, []).append(_attempt(node, tmpl))
+    stages = []
+    for stage, attempts in by_stage.items():
+        plan = plans.get(stage, _Planned())
+        own = _stage_node(nodes, stage)
+        stage_nodes = [own] if own is not None else []
+        hit = any(((n.get("memoizationStatus") or {}).get("hit")) for n in stage_nodes) or any(
+            ((n.get("memoizationStatus") or {}).get("hit")) and _stage_of(templates.of_node(n))
+            == stage for n in nodes)
+        phase = str(own.get("phase", "")) if own is not None else ""
+        if phase in ("", "Pending") and any(a.phase == "Running" for a in attempts):
+            phase = "Running"
+        elif not phase:
+            phase = "Pending" if not attempts else attempts[-1].phase
+        verdicts = [a.verdict for a in attempts]
+        ran = next((a for a in reversed(attempts) if a.verdict == contract.VERDICT_SUCCESS),
+                   attempts[-1] if attempts else None)
+        stages.append(StageReport(
+            stage=stage, phase=phase, cache_hit=bool(hit), attempts=attempts,
+            preemptions=Budget(verdicts.count(contract.VERDICT_PREEMPTED), plan.preemption_limit),
+            # Application attempts that failed, of the 1 + ``retry.attempts`` the stage has.
+            failures=Budget(verdicts.count(contract.VERDICT_APP_FAILURE)
+                            + verdicts.count(contract.VERDICT_GPU_OOM), plan.attempts_limit + 1),
+            oom=Budget(verdicts.count(contract.VERDICT_HOST_OOM), max(len(plan.rungs) - 1, 0)),
+            rungs=max(len(plan.rungs), 1),
+            rung=ran.rung if ran else None, memory=ran.memory if ran else "",
+            gpu_type=ran.gpu_type if ran else "",
+            message=notes.get(stage) or (str(own.get("message", "")) if own is not None else ""),
+        ))
+    return RunReport(
+        name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
+        phase=str(status.get("phase") or "Pending"), message=str(status.get("message", "")),
+        started_at=str(status.get("startedAt") or ""),
+        finished_at=str(status.get("finishedAt") or ""),
+        progress=str(status.get("progress", "")), stages=stages)
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _budget(b: Budget) -> str:
+    return f"{b.used}/{b.limit}" if b.limit is not None else str(b.used)
+
+
+def table(report: RunReport) -> list[str]:
+    """One line per stage, columns aligned: what `status` prints and `watch` redraws."""
+    head = ("STAGE", "PHASE", "ATTEMPTS", "PREEMPT", "FAILED", "OOM", "MEMORY", "GPU", "CACHE")
+    rows = [head]
+    for s in report.stages:
+        rows.append((
+            s.stage, s.phase, str(len(s.attempts)),
+            _budget(s.preemptions) + ("/task" if s.preemptions.limit is not None else ""),
+            _budget(s.failures), f"{s.oom.used} (rung {(s.rung or 0) + 1}/{s.rungs})"
+            if s.rungs > 1 else str(s.oom.used),
+            s.memory or "-", s.gpu_type or "-", "hit" if s.cache_hit else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def render(report: RunReport) -> str:
+    """The human report: the run, the stage table, then each failed attempt's verdict."""
+    lines = [f"{report.namespace}/{report.name}: {report.phase}"
+             + (f" ({report.progress})" if report.progress else "")
+             + (f": {report.message}" if report.message else ""), ""]
+    lines += table(report)
+    ended = [s for s in report.stages if s.phase in ("Failed", "Error") and s.message]
+    if ended:
+        lines += [""] + [f"{s.stage}: {s.message}" for s in ended]
+    failed = [(s.stage, a) for s in report.stages for a in s.attempts
+              if a.verdict not in (contract.VERDICT_SUCCESS, RUNNING)]
+    if failed:
+        lines += ["", "Failed attempts:"]
+        for stage, a in failed:
+            where = ", ".join(x for x in (f"attempt {a.attempt}" if a.attempt is not None else "",
+                                          a.memory, a.gpu_type) if x)
+            detail = a.reason or a.message
+            lines.append(f"  {stage} {a.node} [{where}]: {a.verdict}"
+                         + (f" (exit {a.exit_code})" if a.exit_code else "")
+                         + (f": {detail}" if detail else ""))
+    return "\n".join(lines) + "\n"
+
+
+#: `durapipe watch`'s exit code per end phase.
+EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
+
+
+__all__ = ["Attempt", "Budget", "RunReport", "StageReport", "interpret", "render", "table",
+           "verdict_of", "EXIT_CODES"]

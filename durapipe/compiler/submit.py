@@ -1,0 +1,345 @@
+"""``durapipe submit``, ``durapipe status`` and ``durapipe watch``: runs on a cluster.
+
+``submit`` sends a compiled pipeline (compiling a ``.pipe`` or builder ``.py`` first) or starts
+a run of a WorkflowTemplate already on the cluster, and prints the run's name.  ``status``
+prints each stage as durapipe understands it (``run_status``), ``watch`` follows the run live
+and exits with a code for its end phase: 0 Succeeded, 1 Failed, 2 Error.
+
+Exit codes otherwise: 0 done, 1 a cluster or input problem (one line on stderr, never a
+traceback), 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from durapipe.compiler import run_status
+from durapipe.compiler.cluster import Cluster, ClusterError, Expired, connect
+
+#: Seconds a watch request asks the server to keep it open before it is renewed.
+WATCH_TIMEOUT_S = 300
+
+
+def _add_connection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-n", "--namespace", metavar="NS",
+                        help="namespace (default: the file's, else the kubeconfig context's)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
+
+
+def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", metavar="FILE",
+                        help=".pipe, builder .py, or compiled .yaml/.json to submit")
+    parser.add_argument("--template", metavar="NAME",
+                        help="start a run of the WorkflowTemplate NAME already on the cluster")
+    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a pipeline parameter (repeatable)")
+    _add_connection(parser)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser, *, watch: bool = False) -> None:
+    parser.add_argument("run", metavar="RUN", help="the Workflow's name")
+    if not watch:
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_connection(parser)
+
+
+def _fail(message: str) -> int:
+    print(f"durapipe: {message}", file=sys.stderr)
+    return 1
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+
+def parse_parameters(items: Sequence[str]) -> dict[str, str] | str:
+    """``-p key=value`` pairs, or the message saying which one is malformed."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            return f"-p {item!r}: expected KEY=VALUE"
+        out[key] = value
+    return out
+
+
+def declared_parameters(spec: Mapping[str, Any]) -> list[str]:
+    return [str(p.get("name")) for p in (spec.get("arguments") or {}).get("parameters") or ()]
+
+
+def check_parameters(given: Mapping[str, str], declared: Sequence[str], owner: str) -> str | None:
+    """The message for the first parameter ``owner`` does not declare, or ``None``."""
+    from durapipe.dsl.diagnostics import did_you_mean
+
+    for key in given:
+        if key not in declared:
+            hint = did_you_mean(key, declared)
+            known = ", ".join(declared) if declared else "none"
+            return (f"unknown parameter {key!r} for {owner}"
+                    + (f"; {hint}" if hint else "") + f" (it declares: {known})")
+    return None
+
+
+def with_parameters(spec: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, Any]:
+    """``spec`` with the given values replacing its declared parameters' defaults."""
+    out = dict(spec)
+    params = [dict(p) for p in (spec.get("arguments") or {}).get("parameters") or ()]
+    for p in params:
+        if p.get("name") in given:
+            p["value"] = given[str(p["name"])]
+            p.pop("valueFrom", None)
+    if params:
+        out["arguments"] = {**(spec.get("arguments") or {}), "parameters": params}
+    return out
+
+
+def template_run(template: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, Any]:
+    """A Workflow that runs the WorkflowTemplate ``template`` with ``given`` parameters."""
+    meta = template.get("metadata") or {}
+    name = str(meta.get("name"))
+    body: dict[str, Any] = {
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+        "metadata": {"generateName": f"{name}-",
+                     "labels": {"workflows.argoproj.io/workflow-template": name}},
+        "spec": {"workflowTemplateRef": {"name": name}},
+    }
+    if given:
+        body["spec"]["arguments"] = {"parameters": [
+            {"name": k, "value": v} for k, v in given.items()]}
+    return body
+
+
+def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] | int:
+    """The Argo objects of ``path``: compiled here for ``.pipe``/``.py``, read otherwise."""
+    if path.endswith((".pipe", ".py")):
+        from durapipe.compiler.cli import _render, compile_file
+
+        diagnostics: list[object] = []
+        compile_args = argparse.Namespace(kind=None, argo_version="4.1", runtime_image=None)
+        compiled = compile_file(path, compile_args, diagnostics)
+        if diagnostics:
+            print(_render(diagnostics, "human"), file=sys.stderr)
+        return 1 if compiled is None else compiled.documents
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        return _fail(f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        if path.endswith(".json"):
+            loaded = json.loads(text)
+            docs = loaded if isinstance(loaded, list) else [loaded]
+        else:
+            import yaml
+
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except ImportError:
+        return _fail("reading YAML needs the `cluster` extra: pip install 'durapipe[cluster]'")
+    except ValueError as exc:  # JSONDecodeError, and yaml.YAMLError via its mark text
+        return _fail(f"{path} is not valid JSON: {exc}")
+    except Exception as exc:  # yaml.YAMLError has no common base with the stdlib's
+        if type(exc).__module__.startswith("yaml"):
+            return _fail(f"{path} is not valid YAML: {str(exc).splitlines()[0]}")
+        raise
+    kinds = {"Workflow", "WorkflowTemplate", "CronWorkflow"}
+    found = [d for d in docs if isinstance(d, dict) and d.get("kind") in kinds]
+    if not found:
+        return _fail(f"{path} holds no Workflow, WorkflowTemplate or CronWorkflow")
+    return found
+
+
+def submit(args: argparse.Namespace) -> int:
+    given = parse_parameters(args.parameter)
+    if isinstance(given, str):
+        print(f"durapipe submit: {given}", file=sys.stderr)
+        return 2
+    if (args.file is None) == (args.template is None):
+        print("durapipe submit: give a FILE or --template NAME (one of them)", file=sys.stderr)
+        return 2
+    try:
+        if args.template is not None:
+            cluster = connect(args.kubeconfig, args.context, args.namespace)
+            template = cluster.get("WorkflowTemplate", args.template)
+            problem = check_parameters(given, declared_parameters(template.get("spec") or {}),
+                                       f"WorkflowTemplate {args.template}")
+            if problem:
+                return _fail(problem)
+            created = cluster.create(template_run(template, given))
+            print(created["metadata"]["name"])
+            return 0
+        docs = load_documents(args.file, args)
+        if isinstance(docs, int):
+            return docs
+        return _submit_documents(docs, given, args)
+    except ClusterError as exc:
+        return _fail(str(exc))
+
+
+def _submit_documents(docs: list[dict[str, Any]], given: Mapping[str, str],
+                      args: argparse.Namespace) -> int:
+    namespace = args.namespace or next(
+        (d["metadata"].get("namespace") for d in docs if d["metadata"].get("namespace")), None)
+    runs = [d for d in docs if d["kind"] in ("Workflow", "CronWorkflow")]
+    templates = [d for d in docs if d["kind"] == "WorkflowTemplate"]
+    # The run's own object carries the parameters: the Workflow, or else the one template no
+    # other template refers to (the entry; the rest are parts of a split pipeline).
+    if runs:
+        owner = runs[0]
+        spec = owner["spec"].get("workflowSpec", owner["spec"]) \
+            if owner["kind"] == "CronWorkflow" else owner["spec"]
+    else:
+        referenced = {ref for t in templates for ref in _template_refs(t)}
+        entries = [t for t in templates if t["metadata"]["name"] not in referenced]
+        owner = entries[0] if entries else templates[0]
+        spec = owner["spec"]
+    problem = check_parameters(given, declared_parameters(spec),
+                               f"{owner['kind']} {_name_of(owner)}")
+    if problem:
+        return _fail(problem)
+    cluster = connect(args.kubeconfig, args.context, namespace)
+    for doc in templates:
+        cluster.apply(_in_namespace(doc, cluster.namespace))
+    if not runs:
+        created = cluster.create(_in_namespace(template_run(owner, given), cluster.namespace))
+    elif owner["kind"] == "CronWorkflow":
+        body = _in_namespace(owner, cluster.namespace)
+        body["spec"] = {**body["spec"], "workflowSpec": with_parameters(spec, given)}
+        created = cluster.apply(body)
+        print(f"durapipe: CronWorkflow {created['metadata']['name']} scheduled; its runs are "
+              f"named {created['metadata']['name']}-<time>", file=sys.stderr)
+    else:
+        body = _in_namespace(owner, cluster.namespace)
+        body["spec"] = with_parameters(spec, given)
+        created = cluster.create(body)
+    print(created["metadata"]["name"])
+    return 0
+
+
+def _name_of(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName", ""))
+
+
+def _template_refs(doc: Mapping[str, Any]) -> set[str]:
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            ref = value.get("templateRef")
+            if isinstance(ref, dict) and "name" in ref:
+                found.add(str(ref["name"]))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(doc.get("spec"))
+    return found
+
+
+def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    out = dict(doc)
+    out["metadata"] = {**doc["metadata"], "namespace": namespace}
+    return out
+
+
+# -- status and watch -------------------------------------------------------------------------
+
+
+def status(args: argparse.Namespace) -> int:
+    try:
+        cluster = connect(args.kubeconfig, args.context, args.namespace)
+        wf = cluster.get("Workflow", args.run)
+    except ClusterError as exc:
+        return _fail(str(exc))
+    report = run_status.interpret(wf)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(run_status.render(report))
+    return 0
+
+
+class Display:
+    """Progress of a run: a table redrawn in place on a terminal, else one line per change."""
+
+    def __init__(self, out: TextIO, tty: bool) -> None:
+        self.out, self.tty = out, tty
+        self.lines: dict[str, str] = {}
+        self.drawn = 0
+
+    def show(self, report: run_status.RunReport) -> None:
+        if self.tty:
+            head = f"{report.name}: {report.phase}" + (
+                f" ({report.progress})" if report.progress else "")
+            lines = [head, *run_status.table(report)]
+            if self.drawn:
+                self.out.write(f"\x1b[{self.drawn}F\x1b[J")
+            self.out.write("\n".join(lines) + "\n")
+            self.drawn = len(lines)
+        else:
+            current = {"": f"{report.name}: {report.phase}"
+                           + (f" ({report.progress})" if report.progress else "")}
+            for s in report.stages:
+                last = s.attempts[-1] if s.attempts else None
+                current[s.stage] = (
+                    f"{s.stage}: {s.phase}" + (" (cache hit)" if s.cache_hit else "")
+                    + (f", attempt {len(s.attempts)} {last.verdict}"
+                       + (f" on {last.memory}" if last.memory else "")
+                       + (f" {last.gpu_type}" if last.gpu_type else "") if last else ""))
+            for key, line in current.items():
+                if self.lines.get(key) != line:
+                    self.out.write(line + "\n")
+            self.lines = current
+        self.out.flush()
+
+
+def follow(cluster: Cluster, name: str, display: Display,
+           sleep: float = 1.0) -> run_status.RunReport:
+    """Show the run until it ends, renewing the watch when the server closes it and listing
+    again when its resource version expired."""
+    wf = cluster.get("Workflow", name)
+    while True:
+        report = run_status.interpret(wf)
+        display.show(report)
+        if report.done:
+            return report
+        version = str(wf["metadata"].get("resourceVersion", ""))
+        try:
+            for kind, obj in cluster.watch_workflow(name, version, WATCH_TIMEOUT_S):
+                if kind == "BOOKMARK":
+                    wf["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                    continue
+                if kind == "DELETED":
+                    raise ClusterError(f"Workflow {name} was deleted while being watched")
+                wf = obj
+                report = run_status.interpret(wf)
+                display.show(report)
+                if report.done:
+                    return report
+        except Expired:
+            wf = cluster.get("Workflow", name)
+            continue
+        time.sleep(sleep)
+        wf = cluster.get("Workflow", name)
+
+
+def watch(args: argparse.Namespace) -> int:
+    try:
+        cluster = connect(args.kubeconfig, args.context, args.namespace)
+        report = follow(cluster, args.run, Display(sys.stdout, sys.stdout.isatty()))
+    except ClusterError as exc:
+        return _fail(str(exc))
+    if not sys.stdout.isatty():
+        sys.stdout.write("\n" + run_status.render(report))
+    return run_status.EXIT_CODES.get(report.phase, 2)
+
+
+__all__ = ["add_status_arguments", "add_submit_arguments", "follow", "status", "submit", "watch"]

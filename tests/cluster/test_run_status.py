@@ -1,0 +1,142 @@
+"""`durapipe status`'s reading of a Workflow: on objects recorded from Argo v4.1.2's controller
+(tests/cluster/record_workflows.py), never hand-written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from durapipe.compiler import run_status
+from durapipe.compiler.run_status import Budget, interpret, verdict_of
+from tests.cluster.record_workflows import cases, load_recorded, run_case
+
+
+def stage(report: run_status.RunReport, name: str) -> run_status.StageReport:
+    (found,) = [s for s in report.stages if s.stage == name]
+    return found
+
+
+def test_the_oom_ladder_climbs_then_an_application_failure_retries_on_the_top_rung() -> None:
+    report = interpret(load_recorded("oom-ladder"))
+    assert report.phase == "Succeeded"
+    s = stage(report, "build-features")
+    assert [(a.memory, a.rung, a.attempt, a.verdict) for a in s.attempts] == [
+        ("256Gi", 0, 0, "host_oom"), ("512Gi", 1, 4, "host_oom"),
+        ("1Ti", 2, 8, "app_failure"), ("1Ti", 2, 12, "success")]
+    assert s.oom == Budget(2, 2) and s.rungs == 3
+    assert s.failures == Budget(1, 3)
+    assert s.preemptions == Budget(0, 3)
+    assert (s.phase, s.rung, s.memory, s.cache_hit) == ("Succeeded", 2, "1Ti", False)
+    # The runtime's verdict line, as Argo copied it from the termination message.
+    assert s.attempts[2].reason == "exit code 1" and s.attempts[2].exit_code == "1"
+
+
+def test_spot_reclaims_spend_the_preemption_budget_not_attempts() -> None:
+    s = stage(interpret(load_recorded("spot-preemptions")), "train")
+    assert [a.verdict for a in s.attempts] == ["preempted", "preempted", "app_failure",
+                                               "success"]
+    assert s.preemptions == Budget(2, 10) and s.failures == Budget(1, 3)
+    assert [a.attempt for a in s.attempts] == [0, 1, 2, 11]
+    assert s.gpu_type == "A10G" and s.memory == "64Gi"
+    assert s.attempts[1].reason == "SIGTERM"  # from the verdict line's JSON
+
+
+def test_gpu_fallback_gives_way_after_each_pending_timeout() -> None:
+    s = stage(interpret(load_recorded("gpu-fallback")), "finetune")
+    assert [(a.gpu_type, a.verdict) for a in s.attempts] == [
+        ("H100", "pending_timeout"), ("A100-80GB", "pending_timeout"), ("A100", "success")]
+    assert s.attempts[0].reason == "no capacity within 30m"
+    assert (s.phase, s.gpu_type) == ("Succeeded", "A100")
+
+
+def test_a_resubmission_hits_the_cache_of_the_stages_that_succeeded() -> None:
+    first = interpret(load_recorded("cache-hit", 0))
+    assert first.phase == "Failed"
+    assert [(s.stage, s.phase, s.cache_hit) for s in first.stages] == [
+        ("prep", "Succeeded", False), ("train", "Succeeded", False), ("eval", "Failed", False)]
+    assert stage(first, "eval").failures == Budget(2, 2)
+    second = interpret(load_recorded("cache-hit", 1))
+    assert [(s.stage, s.phase, s.cache_hit, len(s.attempts)) for s in second.stages] == [
+        ("prep", "Succeeded", True, 0), ("train", "Succeeded", True, 0),
+        ("eval", "Succeeded", False, 1)]
+
+
+def test_a_run_of_a_workflow_template_reads_its_stored_templates() -> None:
+    """Submitted by workflowTemplateRef, the Workflow's spec holds no templates: they come from
+    status.storedTemplates / storedWorkflowTemplateSpec, as the controller stores them."""
+    wf = load_recorded("oom-ladder")
+    templates = wf["spec"].pop("templates")
+    wf["spec"]["workflowTemplateRef"] = {"name": "feature-build"}
+    wf["status"]["storedTemplates"] = {f"namespaced/feature-build/{t['name']}": t
+                                       for t in templates}
+    for node in wf["status"]["nodes"].values():
+        node["templateScope"] = "namespaced/feature-build"
+    assert interpret(wf) == interpret(load_recorded("oom-ladder"))
+
+
+def test_a_running_workflow_reads_as_far_as_it_got() -> None:
+    wf = load_recorded("cache-hit", 0)
+    nodes = wf["status"]["nodes"]
+    for key in [k for k, n in nodes.items() if n["displayName"].startswith(("train", "eval"))]:
+        del nodes[key]
+    wf["status"]["phase"] = "Running"
+    report = interpret(wf)
+    assert not report.done
+    assert [(s.stage, s.phase) for s in report.stages] == [
+        ("prep", "Succeeded"), ("train", "Pending"), ("eval", "Pending")]
+
+
+def test_rendering_names_every_failed_attempt() -> None:
+    text = run_status.render(interpret(load_recorded("spot-preemptions")))
+    assert text.splitlines()[0] == "default/spot-preemptions-run0: Succeeded (2/5)"
+    assert "train-app-0(2) [attempt 2, 64Gi, A10G]: app_failure (exit 3): exit code 3" in text
+    json.dumps(interpret(load_recorded("spot-preemptions")).to_json())
+
+
+@pytest.mark.parametrize(("phase", "message", "code", "verdict"), [
+    ("Failed", "main: OOMKilled (exit code 137)", "137", "host_oom"),
+    ("Failed", "pod deleted", "", "preempted"),
+    ("Failed", "main: Error (exit code 86)", "86", "gpu_oom"),
+    ("Failed", "main: Error (exit code 2)", "2", "app_failure"),
+    ("Error", "failed to create pod", "", "error"),
+    ("Failed", 'x durapipe-verdict:gpu_oom {"reason":"CUDA out of memory"}', "86", "gpu_oom"),
+    ("Running", "", "", "running"),
+])
+def test_verdicts_without_and_with_the_runtime_line(phase: str, message: str, code: str,
+                                                    verdict: str) -> None:
+    assert verdict_of(phase, message, code)[0] == verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c["name"] for c in cases()])
+def test_the_recordings_are_what_the_controller_does_today(case: str) -> None:
+    """Re-run each case in Argo's controller: the fresh objects read exactly as the recorded
+    ones (times aside), so the recordings cannot drift from the lowering unnoticed."""
+    from tests.argo.argo_tools import go_or_skip
+
+    go_or_skip()
+    (spec,) = [c for c in cases() if c["name"] == case]
+
+    def timeless(report: run_status.RunReport) -> Any:
+        out = report.to_json()
+        out["started_at"] = out["finished_at"] = ""
+        for s in out["stages"]:
+            for a in s["attempts"]:
+                a["started_at"] = a["finished_at"] = ""
+        return out
+
+    for i, fresh in enumerate(run_case(spec)):
+        assert timeless(interpret(fresh)) == timeless(interpret(load_recorded(case, i)))
+
+
+def test_an_exhausted_ladder_says_why_the_stage_ended() -> None:
+    report = interpret(load_recorded("oom-exhausted"))
+    s = stage(report, "build-features")
+    # The exhausted marker's pod is no attempt; its message is the stage's.
+    assert [a.verdict for a in s.attempts] == ["host_oom"] * 3
+    assert (s.phase, s.oom, s.memory) == ("Failed", Budget(3, 2), "1Ti")
+    assert "ran out of memory at every size of its OOM ladder" in s.message
+    assert "build-features: main: Error (exit code 1): durapipe: stage build-features ran out" \
+        in run_status.render(report)

@@ -1,0 +1,357 @@
+"""A real Kubernetes control plane with Argo's workflow-controller, on 127.0.0.1, for e2e tests.
+
+``Cluster.start(state_dir)`` builds (or reuses, see ``tests/argo/argo_tools.py``) etcd,
+kube-apiserver, kube-scheduler, kube-controller-manager (``tools/cluster/k8s``), Argo v4.1.2's
+workflow-controller (``tools/cluster/argo``, from ``../shared``) and KWOK (``tools/cluster/kwok``),
+and starts them with free ports and all state under ``state_dir``:
+
+- etcd, plain HTTP on 127.0.0.1;
+- kube-apiserver with a token file (one admin token in ``system:masters``), RBAC, service-account
+  keys made with openssl, serving certificates it generates into ``--cert-dir``;
+- kube-scheduler and kube-controller-manager (service accounts and their tokens, garbage
+  collection, Jobs, namespaces) as the admin user;
+- Argo's CRDs, RBAC, ServiceAccount and ConfigMap from ``../shared/argo/v4.1.2/manifests``
+  (applied server-side), and the workflow-controller authenticated as its own ``argo``
+  ServiceAccount (a TokenRequest token), so Argo's RBAC is what grants it access;
+- KWOK, playing the kubelets of the fake nodes (``nodes.py``) with its default Stages.
+
+``stop()`` ends every process it started (SIGTERM, then SIGKILL) and waits for each. What is real
+and what is played is described in docs/argo-harness.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from argo.argo_tools import ToolError, argo_source_or_skip, build_go_command, go_or_skip
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS = REPO_ROOT / "tools"
+#: tools/cluster/<module> -> {binary name: Go package}
+COMMANDS: dict[str, dict[str, str]] = {
+    "cluster/k8s": {
+        "etcd": "go.etcd.io/etcd/server/v3",
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    },
+    "cluster/kwok": {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+    "cluster/argo": {
+        "workflow-controller": "github.com/argoproj/argo-workflows/v4/cmd/workflow-controller",
+    },
+}
+ADMIN_TOKEN = "durapipe-e2e-admin"
+ARGO_NAMESPACE = "argo"
+
+
+def build_binaries() -> dict[str, Path]:
+    """Every control-plane binary, built once per version of tools/cluster and cached."""
+    go_or_skip()
+    argo_dir = TOOLS / "cluster" / "argo"
+    argo_src = argo_source_or_skip(argo_dir)
+    loopback = argo_dir / "loopback" / "zz_durapipe_loopback.go"
+    overlay = {str(argo_src / "cmd" / "workflow-controller" / loopback.name): loopback}
+    out: dict[str, Path] = {}
+    for tool, commands in COMMANDS.items():
+        for name, pkg in commands.items():
+            out[name] = build_go_command(tool, name, pkg,
+                                         overlay if name == "workflow-controller" else None)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(what: str, ready: Callable[[], bool], timeout: float,
+          alive: Callable[[], str | None] = lambda: None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        died = alive()
+        if died:
+            raise ToolError(f"{what}: {died}")
+        try:
+            if ready():
+                return
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            pass
+        time.sleep(0.25)
+    raise ToolError(f"{what} not ready after {timeout:.0f} s")
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+@dataclass
+class Cluster:
+    state: Path
+    bins: dict[str, Path]
+    procs: list[Proc] = field(default_factory=list)
+    api_port: int = 0
+    kubeconfig: Path = Path()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # -- processes ------------------------------------------------------------------------------
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.state / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as fh:
+            # start_new_session: a signal to the pytest process group does not reach these
+            # before stop() does, and stop() signals each one by its own pid only.
+            popen = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env or _base_env(),
+                                     cwd=self.state, start_new_session=True)
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def _died(self, proc: Proc) -> Callable[[], str | None]:
+        def check() -> str | None:
+            rc = proc.popen.poll()
+            return None if rc is None else f"exited {rc}:\n{proc.tail()}"
+        return check
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in reversed(self.procs):
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait(timeout=10)
+
+    def alive(self) -> list[str]:
+        return [p.name for p in self.procs if p.popen.poll() is None]
+
+    # -- API access -----------------------------------------------------------------------------
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+                              input=input, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise ToolError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
+        return proc
+
+    def apply(self, docs: Iterable[dict[str, Any]] | str, field_manager: str = "durapipe-e2e",
+              namespace: str | None = None) -> None:
+        """Server-side apply, as Argo CD does."""
+        text = docs if isinstance(docs, str) else yaml.safe_dump_all(list(docs))
+        args = ["apply", "--server-side", f"--field-manager={field_manager}",
+                "--force-conflicts", "-f", "-"]
+        if namespace:
+            args[1:1] = ["-n", namespace]
+        self.kubectl(*args, input=text)
+
+    def _get(self, path: str) -> Any:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        req = urllib.request.Request(self.server + path,
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+            body = resp.read()
+        return json.loads(body) if body.startswith(b"{") else body.decode()
+
+    # -- start ----------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, state: Path, bins: dict[str, Path] | None = None) -> Cluster:
+        t0 = time.monotonic()
+        cluster = cls(state=state, bins=bins or build_binaries())
+        cluster.timings["build"] = time.monotonic() - t0
+        try:
+            cluster._start()
+        except BaseException:
+            cluster.stop()
+            raise
+        cluster.timings["start"] = time.monotonic() - t0 - cluster.timings["build"]
+        return cluster
+
+    def _start(self) -> None:
+        st = self.state
+        pki = st / "pki"
+        pki.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"],
+                       check=True, capture_output=True)
+        subprocess.run(["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout",
+                        "-out", str(pki / "sa.pub")], check=True, capture_output=True)
+        (pki / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+
+        etcd_port, peer_port = free_port(), free_port()
+        etcd = self._spawn("etcd", [
+            str(self.bins["etcd"]), "--name=e2e", f"--data-dir={st / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=e2e=http://127.0.0.1:{peer_port}",
+            # Test state: losing it on a crash costs nothing, and fsync is most of etcd's latency.
+            "--unsafe-no-fsync", "--log-level=warn",
+        ])
+        _wait("etcd", lambda: b"true" in urllib.request.urlopen(
+            f"http://127.0.0.1:{etcd_port}/health", timeout=2).read(), 60, self._died(etcd))
+        self.timings["etcd"] = time.monotonic()
+
+        self.api_port = free_port()
+        api = self._spawn("kube-apiserver", [
+            str(self.bins["kube-apiserver"]),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.api_port}", f"--cert-dir={pki}",
+            f"--token-auth-file={pki / 'tokens.csv'}", "--authorization-mode=RBAC",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints refuse.
+            "--endpoint-reconciler-type=none",
+            "--enable-priority-and-fairness=false",
+            "--v=0",
+        ])
+        _wait("kube-apiserver", lambda: self._get("/readyz") == "ok", 120, self._died(api))
+        self.timings["apiserver"] = time.monotonic()
+
+        self.kubeconfig = st / "admin.kubeconfig"
+        self.kubeconfig.write_text(_kubeconfig(self.server, ADMIN_TOKEN, "default"))
+        common = [f"--kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1",
+                  "--leader-elect=false", "--v=0"]
+        self._spawn("kube-scheduler", [str(self.bins["kube-scheduler"]), *common,
+                                       f"--secure-port={free_port()}"])
+        self._spawn("kube-controller-manager", [
+            str(self.bins["kube-controller-manager"]), *common, f"--secure-port={free_port()}",
+            "--controllers=serviceaccount-controller,serviceaccount-token-controller,"
+            "garbage-collector-controller,job-controller,namespace-controller,"
+            "ttl-after-finished-controller,pod-garbage-collector-controller",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            "--use-service-account-credentials=false",
+        ])
+
+        self.apply(argo_install_docs())
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
+                     "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
+        self.timings["argo-install"] = time.monotonic()
+
+        # The controller runs as its ServiceAccount, so Argo's own RBAC decides what it may do.
+        token = self.kubectl("create", "token", "argo", "-n", ARGO_NAMESPACE,
+                             "--duration=24h").stdout.strip()
+        argo_kc = st / "argo.kubeconfig"
+        argo_kc.write_text(_kubeconfig(self.server, token, ARGO_NAMESPACE))
+        wc_env = _base_env()
+        wc_env.update(LEADER_ELECTION_IDENTITY="e2e-controller",
+                      # Short lease periods: a fresh controller leads within a second or two.
+                      LEADER_ELECTION_LEASE_DURATION="4s", LEADER_ELECTION_RENEW_DEADLINE="3s",
+                      LEADER_ELECTION_RETRY_PERIOD="1s")
+        wc = self._spawn("workflow-controller", [
+            str(self.bins["workflow-controller"]), f"--kubeconfig={argo_kc}",
+            "--configmap=workflow-controller-configmap", "--loglevel=info",
+            "--workflow-workers=8", "--qps=200", "--burst=400",
+        ], env=wc_env)
+
+        kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
+        kwok_home.mkdir(exist_ok=True)
+        kwok = self._spawn("kwok", [
+            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16",
+            "--node-ip=127.0.0.1",
+        ], env={**_base_env(), "HOME": str(kwok_home)})
+
+        _wait("default ServiceAccount", lambda: self.kubectl(
+            "get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+            60)
+        _wait("workflow-controller leader", lambda: "started leading" in wc.log.read_text(
+            errors="replace") or "starting leading" in wc.log.read_text(errors="replace"),
+            60, self._died(wc))
+        if kwok.popen.poll() is not None:
+            raise ToolError(f"kwok exited:\n{kwok.tail()}")
+
+    def ensure_namespace(self, name: str) -> None:
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])
+        _wait(f"ServiceAccount default in {name}", lambda: self.kubectl(
+            "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0, 60)
+
+
+def _base_env() -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "TMPDIR")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def _kubeconfig(server: str, token: str, namespace: str) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+        "clusters": [{"name": "e2e", "cluster": {"server": server,
+                                                  "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "e2e", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e",
+                                                  "namespace": namespace}}],
+    })
+
+
+#: The controller's configuration for the e2e cluster (merged into Argo's ConfigMap).
+CONTROLLER_CONFIG: dict[str, str] = {
+    # Metrics would listen on :9090 of every interface; nothing here listens beyond 127.0.0.1.
+    "metricsConfig": "enabled: false\n",
+    "telemetryConfig": "enabled: false\n",
+    # Never contacted: no pod runs. Output artifacts need a repository to get a key.
+    "artifactRepository": yaml.safe_dump({"s3": {
+        "bucket": "acme-ml", "endpoint": "127.0.0.1:9", "insecure": True,
+        "keyFormat": "{{workflow.name}}/{{pod.name}}"}}),
+}
+
+
+def argo_install_docs() -> list[dict[str, Any]]:
+    """Argo's cluster install from ../shared, less the controller's Deployment (we run the
+    controller as a process) and with the e2e settings in its ConfigMap."""
+    src = argo_source_or_skip(TOOLS / "cluster" / "argo")
+    manifests = src.parent / "manifests" / "cluster-install"
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise ToolError("kubectl is not installed")
+    text = subprocess.run([kubectl, "kustomize", str(manifests)], capture_output=True,
+                          text=True, check=True).stdout
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}}]
+    for doc in yaml.safe_load_all(text):
+        if not doc or doc["kind"] == "Deployment" or doc["metadata"]["name"].startswith(
+                "argo-server"):
+            continue
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == \
+                "workflow-controller-configmap":
+            doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG}
+        docs.append(doc)
+    return docs

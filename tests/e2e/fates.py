@@ -1,0 +1,294 @@
+"""Pod fates as rules, and the executor's part, for Argo pods on KWOK nodes.
+
+No container runs on a KWOK node: KWOK moves each pod to Running (its default ``pod-ready``
+Stage) and nothing ever ends it. This watcher decides how each Argo pod ends from what the pod
+is, by rules a scenario gives per stage (``durapipe.dev/stage`` label):
+
+- ``need_memory``: the stage needs this much memory; a pod whose ``main`` memory limit is lower
+  ends ``OOMKilled`` with exit code 137 (the kernel's kill, as a kubelet reports it);
+- ``reclaim_spot``: the first N pods of the stage that run on a spot node are reclaimed: the pod
+  gets a ``DisruptionTarget`` condition and is deleted, as a node drain does;
+- ``fail_first``: the first N pods that get past the two rules above exit 1 (an application
+  failure);
+- ``seconds``: how long a pod runs before it ends (default 1 s);
+- otherwise the pod succeeds, exit 0.
+
+The termination message of ``main`` is the verdict line the runtime's wrapper writes
+(``durapipe.runtime.wrapper.verdict_line``). Then, as Argo's wait container would, it writes the
+pod's ``WorkflowTaskResult`` (named after the pod's node id, owned by the Workflow, labelled
+``report-outputs-completed: "true"``) with the output parameters and artifacts the template
+(``ARGO_TEMPLATE``) declares: a parameter read from a path gets a content hash of what the pod
+ran (its command line), so a changed parameter changes it; a failed pod reports each parameter's
+``valueFrom.default`` instead. Counting is per workflow and stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client, config, watch  # type: ignore[import-untyped]
+from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
+
+from durapipe.runtime import contract
+from durapipe.runtime.wrapper import verdict_line
+
+WF_LABEL = "workflows.argoproj.io/workflow"
+NODE_ID = "workflows.argoproj.io/node-id"
+STAGE_LABEL = "durapipe.dev/stage"
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_bytes(q: str) -> int:
+    for suffix in sorted(_UNITS, key=len, reverse=True):
+        if q.endswith(suffix):
+            return int(float(q[: -len(suffix)]) * _UNITS[suffix])
+    return int(float(q))
+
+
+@dataclass
+class Fate:
+    need_memory: str | None = None
+    reclaim_spot: int = 0
+    fail_first: int = 0
+    seconds: float = 1.0
+
+
+@dataclass
+class Event:
+    """What the watcher did to one pod (scenarios assert on these)."""
+
+    workflow: str
+    stage: str
+    pod: str
+    node: str
+    outcome: str  # succeeded, app_failure, oom, reclaimed
+    memory: str
+    at: float
+
+
+@dataclass
+class FateWatcher:
+    kubeconfig: str
+    fates: dict[str, dict[str, Fate]] = field(default_factory=dict)  # workflow prefix -> stage
+    events: list[Event] = field(default_factory=list)
+    spot_labels: tuple[tuple[str, str], ...] = ()
+    _counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    _seen: set[str] = field(default_factory=set)
+    _heap: list[tuple[float, int, str, str]] = field(default_factory=list)
+    _lock: threading.Condition = field(default_factory=threading.Condition)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _seq: int = 0
+
+    def start(self) -> None:
+        api_client = config.new_client_from_config(self.kubeconfig)
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        for target in (self._watch, self._finisher):
+            t = threading.Thread(target=target, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    def fate_for(self, workflow: str, stage: str) -> Fate:
+        best = ""
+        for prefix in self.fates:
+            if workflow.startswith(prefix) and len(prefix) > len(best):
+                best = prefix
+        return self.fates.get(best, {}).get(stage, Fate()) if best else Fate()
+
+    def events_of(self, workflow: str) -> list[Event]:
+        with self._lock:
+            return [e for e in self.events if e.workflow == workflow]
+
+    # -- threads --------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pods = self.core.list_pod_for_all_namespaces(label_selector=WF_LABEL)
+                for pod in pods.items:
+                    self._consider(pod)
+                w = watch.Watch()
+                for ev in w.stream(self.core.list_pod_for_all_namespaces,
+                                   label_selector=WF_LABEL, timeout_seconds=30,
+                                   resource_version=pods.metadata.resource_version):
+                    if self._stop.is_set():
+                        w.stop()
+                        return
+                    self._consider(ev["object"])
+            except Exception:  # the API server restarting, a watch expiring: list again
+                time.sleep(0.5)
+
+    def _consider(self, pod: Any) -> None:
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
+            return
+        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+            fate = self.fate_for(pod.metadata.labels.get(WF_LABEL, ""),
+                                 (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + fate.seconds, self._seq,
+                                        pod.metadata.namespace, pod.metadata.name))
+            self._lock.notify_all()
+
+    def _finisher(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                while not self._stop.is_set() and (
+                        not self._heap or self._heap[0][0] > time.monotonic()):
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else 1.0
+                    self._lock.wait(timeout=max(0.01, min(wait, 1.0)))
+                if self._stop.is_set():
+                    return
+                _, _, ns, name = heapq.heappop(self._heap)
+            try:
+                self._finish(ns, name)
+            except ApiException as exc:
+                if exc.status != 404:  # a pod deleted meanwhile needs no end
+                    raise
+
+    # -- one pod's end --------------------------------------------------------------------------
+    def _finish(self, ns: str, name: str) -> None:
+        pod = self.core.read_namespaced_pod(name, ns)
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
+            return
+        wf = pod.metadata.labels[WF_LABEL]
+        stage = pod.metadata.labels.get(STAGE_LABEL, "")
+        fate = self.fate_for(wf, stage)
+        main = next(c for c in pod.spec.containers if c.name == "main")
+        limits = (main.resources.limits or {}) if main.resources else {}
+        memory = limits.get("memory", "")
+        node = self.core.read_node(pod.spec.node_name)
+        on_spot = any((node.metadata.labels or {}).get(k) == v for k, v in self.spot_labels)
+
+        counts = self._counts
+        if fate.need_memory and memory and quantity_bytes(memory) < quantity_bytes(
+                fate.need_memory):
+            outcome = "oom"
+        elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
+            counts[(wf, stage, "reclaim")] += 1
+            outcome = "reclaimed"
+        elif counts[(wf, stage, "app")] < fate.fail_first:
+            counts[(wf, stage, "app")] += 1
+            outcome = "app_failure"
+        else:
+            outcome = "succeeded"
+        with self._lock:
+            self.events.append(Event(wf, stage, name, pod.spec.node_name, outcome, memory,
+                                     time.monotonic()))
+        if outcome == "reclaimed":
+            self._reclaim(pod)
+            return
+        exit_code, reason, verdict = {
+            "oom": (contract.EXIT_HOST_OOM, "OOMKilled", contract.VERDICT_HOST_OOM),
+            "app_failure": (contract.EXIT_APP_FAILURE, "Error", contract.VERDICT_APP_FAILURE),
+            "succeeded": (contract.EXIT_SUCCESS, "Completed", contract.VERDICT_SUCCESS),
+        }[outcome]
+        # An OOM kill is the kernel's: the wrapper dies with the process and writes nothing.
+        message = "" if outcome == "oom" else verdict_line(verdict, {"exit_code": exit_code})
+        self._terminate(pod, exit_code, reason, message)
+        self._report(pod, succeeded=outcome == "succeeded")
+
+    def _terminate(self, pod: Any, exit_code: int, reason: str, message: str) -> None:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = now
+        statuses = []
+        for c in pod.spec.containers:
+            main = c.name == "main"
+            terminated: dict[str, Any] = {
+                "exitCode": exit_code if main else 0,
+                "reason": reason if main else "Completed",
+                "startedAt": started, "finishedAt": now,
+            }
+            if main and message:
+                terminated["message"] = message
+            statuses.append({"name": c.name, "image": c.image, "imageID": "",
+                             "ready": False, "restartCount": 0, "started": False,
+                             "state": {"terminated": terminated}})
+        body = {"status": {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": statuses,
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
+                            "lastTransitionTime": now}],
+        }}
+        self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
+
+    def _reclaim(self, pod: Any) -> None:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"status": {"conditions": [{
+            "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+            "message": "spot instance reclaimed: imminent node shutdown",
+            "lastTransitionTime": now}]}}
+        self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
+        self._report(pod, succeeded=False)
+        self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+
+    def _report(self, pod: Any, succeeded: bool) -> None:
+        """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
+        tmpl = _template(pod)
+        outputs: dict[str, Any] = {}
+        command = json.dumps(next(c for c in pod.spec.containers if c.name == "main").command)
+        params = []
+        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            if succeeded and "path" in vf:
+                digest = hashlib.sha256(f"{p['name']}\0{command}".encode()).hexdigest()
+                params.append({"name": p["name"], "value": f"sha256:{digest}"})
+            elif "default" in vf:
+                params.append({"name": p["name"], "value": vf["default"]})
+        if params:
+            outputs["parameters"] = params
+        if succeeded:
+            arts = [{"name": a["name"], "path": a.get("path", ""),
+                     "s3": {"key": f"{pod.metadata.name}/{a['name']}.tgz"}}
+                    for a in (tmpl.get("outputs") or {}).get("artifacts") or []]
+            if arts:
+                outputs["artifacts"] = arts
+        wf = pod.metadata.labels[WF_LABEL]
+        owner = next((o for o in pod.metadata.owner_references or [] if o.kind == "Workflow"),
+                     None)
+        body: dict[str, Any] = {
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTaskResult",
+            "metadata": {
+                "name": pod.metadata.annotations[NODE_ID],
+                "labels": {WF_LABEL: wf,
+                           "workflows.argoproj.io/report-outputs-completed": "true"},
+                "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                                     "name": wf, "uid": owner.uid}] if owner else [],
+            },
+        }
+        if outputs:
+            body["outputs"] = outputs
+        try:
+            self.custom.create_namespaced_custom_object(
+                "argoproj.io", "v1alpha1", pod.metadata.namespace, "workflowtaskresults", body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def _template(pod: Any) -> dict[str, Any]:
+    for c in [*(pod.spec.init_containers or []), *pod.spec.containers]:
+        for env in c.env or []:
+            if env.name == "ARGO_TEMPLATE" and env.value and env.value.startswith("{"):
+                result: dict[str, Any] = json.loads(env.value)
+                return result
+    return {}

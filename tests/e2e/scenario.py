@@ -1,0 +1,179 @@
+"""Run one e2e case (a TOML file under tests/e2e/cases/) through the front door.
+
+A case names a pipeline (an example, or inline ``source``), the pod fates per stage, and one or
+more submissions with what each must show. The pipeline is compiled with ``durapipe compile
+--kind template -o DIR/``, every file of DIR is applied with server-side apply, and each
+submission creates a Workflow from the WorkflowTemplate (``workflowTemplateRef``) and waits for it
+on the real clock. Expectations (all optional) per submission:
+
+- ``phase``: the Workflow's final phase;
+- ``min_seconds`` / ``max_seconds``: bounds on its elapsed time (creation to finish);
+- ``outcomes.<stage>``: the fates of that stage's pods in order (``succeeded``, ``oom``,
+  ``app_failure``, ``reclaimed``);
+- ``memory.<stage>``: the ``main`` memory limit of each of its pods in order;
+- ``nodes.<stage>``: the node each of its pods ran on, in order;
+- ``cache_hits`` / ``cache_misses``: stages whose memoized node was (not) a hit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .cluster import Cluster
+from .fates import Fate, FateWatcher
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CASES = Path(__file__).parent / "cases"
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    spec: dict[str, Any]
+
+    @property
+    def known_fault(self) -> str:
+        return str(self.spec.get("known_fault", ""))
+
+
+def load_cases() -> list[Case]:
+    return [Case(p.stem, p, tomllib.loads(p.read_text()))
+            for p in sorted(CASES.glob("*.toml")) if p.name != "fleet.toml"]
+
+
+def compile_case(case: Case, out: Path) -> list[dict[str, Any]]:
+    if "source" in case.spec:
+        src = out / f"{case.name}.pipe"
+        src.write_text(case.spec["source"])
+    else:
+        src = REPO_ROOT / case.spec["pipeline"]
+    manifests = out / "manifests"
+    proc = subprocess.run(
+        [sys.executable, "-m", "durapipe", "compile", "--kind", case.spec.get("kind", "template"),
+         str(src), "-o", f"{manifests}/"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"durapipe compile failed:\n{proc.stdout}\n{proc.stderr}"
+    docs = []
+    for f in sorted(manifests.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
+    return docs
+
+
+def wait_workflow(cluster: Cluster, ns: str, name: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    wf: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        wf = get(cluster, "workflow", ns, name)
+        if (wf.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Error"):
+            return wf
+        time.sleep(1)
+    raise AssertionError(
+        f"workflow {ns}/{name} still {(wf.get('status') or {}).get('phase')} after {timeout} s; "
+        f"nodes: {_node_summary(wf)}")
+
+
+def get(cluster: Cluster, kind: str, ns: str, name: str) -> dict[str, Any]:
+    import json
+
+    out = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def _node_summary(wf: dict[str, Any]) -> list[str]:
+    nodes = (wf.get("status") or {}).get("nodes") or {}
+    return sorted(f"{n.get('displayName')}={n.get('phase')}:{n.get('message', '')[:80]}"
+                  for n in nodes.values())
+
+
+def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> list[str]:
+    """Run every submission of ``case``; return the list of failed expectations."""
+    docs = compile_case(case, tmp)
+    namespaces = sorted({d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]})
+    for ns in namespaces:
+        cluster.ensure_namespace(ns)
+    cluster.apply(docs)
+    templates = [d for d in docs if d["kind"] == "WorkflowTemplate"]
+    cron = [d for d in docs if d["kind"] == "CronWorkflow"]
+    problems: list[str] = []
+    for i, sub in enumerate(case.spec.get("submit", [{}])):
+        prefix = cron[0]["metadata"]["name"] if cron else f"{case.name.replace('_', '-')}-{i}-"
+        fates.fates[prefix] = {stage: Fate(**f) for stage, f in
+                               (case.spec.get("fates") or {}).items()}
+        if cron:
+            ns, name = cron[0]["metadata"]["namespace"], _wait_cron_run(cluster, cron[0], sub)
+        else:
+            entry = next(t for t in templates if "entrypoint" in t["spec"])
+            ns = entry["metadata"]["namespace"]
+            wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                  "metadata": {"generateName": prefix, "namespace": ns},
+                  "spec": {"workflowTemplateRef": {"name": entry["metadata"]["name"]},
+                           "arguments": {"parameters": [
+                               {"name": k, "value": str(v)}
+                               for k, v in (sub.get("params") or {}).items()]}}}
+            name = cluster.kubectl("create", "-f", "-", "-o", "name",
+                                   input=yaml.safe_dump(wf)).stdout.strip().split("/")[-1]
+        done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
+        problems += [f"submission {i} ({name}): {p}" for p in check(sub, done, fates, name)]
+    return problems
+
+
+def _wait_cron_run(cluster: Cluster, cron: dict[str, Any], sub: dict[str, Any]) -> str:
+    import json
+
+    ns, name = cron["metadata"]["namespace"], cron["metadata"]["name"]
+    deadline = time.monotonic() + float(sub.get("fire_within", 75))
+    while time.monotonic() < deadline:
+        out = cluster.kubectl("get", "workflows", "-n", ns, "-l",
+                              f"workflows.argoproj.io/cron-workflow={name}", "-o", "json").stdout
+        items = json.loads(out)["items"]
+        if items:
+            return str(items[0]["metadata"]["name"])
+        time.sleep(1)
+    raise AssertionError(f"CronWorkflow {ns}/{name} did not fire within "
+                         f"{sub.get('fire_within', 75)} s")
+
+
+def _elapsed(wf: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    st = wf["status"]
+    start = datetime.fromisoformat(st["startedAt"].replace("Z", "+00:00"))
+    end = datetime.fromisoformat(st["finishedAt"].replace("Z", "+00:00"))
+    return (end - start).total_seconds()
+
+
+def check(sub: dict[str, Any], wf: dict[str, Any], fates: FateWatcher, name: str) -> list[str]:
+    problems = []
+    st = wf["status"]
+    if "phase" in sub and st["phase"] != sub["phase"]:
+        problems.append(f"phase {st['phase']} (message {st.get('message')!r}), expected "
+                        f"{sub['phase']}; nodes: {_node_summary(wf)}")
+    elapsed = _elapsed(wf)
+    if "max_seconds" in sub and elapsed > sub["max_seconds"]:
+        problems.append(f"took {elapsed:.0f} s, at most {sub['max_seconds']} s expected")
+    if "min_seconds" in sub and elapsed < sub["min_seconds"]:
+        problems.append(f"took {elapsed:.0f} s, at least {sub['min_seconds']} s expected")
+    events = fates.events_of(name)
+    for key, attr in (("outcomes", "outcome"), ("memory", "memory"), ("nodes", "node")):
+        for stage, want in (sub.get(key) or {}).items():
+            got = [getattr(e, attr) for e in events if e.stage == stage]
+            if got != want:
+                problems.append(f"{key} of {stage}: {got}, expected {want}")
+    hits = {n["displayName"] for n in st.get("nodes", {}).values()
+            if (n.get("memoizationStatus") or {}).get("hit")}
+    for stage in sub.get("cache_hits") or []:
+        if stage not in hits:
+            problems.append(f"{stage} was not a cache hit (hits: {sorted(hits)})")
+    for stage in sub.get("cache_misses") or []:
+        if stage in hits:
+            problems.append(f"{stage} was a cache hit, expected a miss")
+    return problems
