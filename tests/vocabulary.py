@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from durapipe.dsl import lower as lw
 
-Kind = lw.Attr | lw.BlockSchema | lw.Map
+Kind = lw.Kind
 
 
 def schema_paths(schema: dict[str, Kind],

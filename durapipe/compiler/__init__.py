@@ -47,7 +47,13 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     profile = catalog.PROFILES[pipeline.cluster.profile]
     ctx = Context(pipeline=pipeline, options=options, profile=profile)
     ctx.diagnostics.extend(check_references(pipeline, options.source_map or {}))
-    kind = options.kind or pipeline.kind
+    kind = options.kind or pipeline.output_kind
+    if kind != "cron" and pipeline.schedules:
+        from durapipe.dsl.source import lookup
+        from durapipe.dsl.validate import schedule_conflict
+
+        ctx.diagnostics.append(schedule_conflict(kind, lookup(options.source_map or {}, (
+            "kind",) if options.kind is None else ("schedules",))))
     if kind == "cron" and not pipeline.schedules:
         ctx.error("P0408", f"pipeline `{pipeline.name}` is compiled as a CronWorkflow but has "
                   "no `schedule`", ("schedules",), help="add `schedule = \"0 3 * * *\"` or "

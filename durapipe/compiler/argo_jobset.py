@@ -11,6 +11,8 @@ the whole set for that reason without counting it.  Argo waits on the scalar
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from durapipe.compiler.argo_pod import (
@@ -20,6 +22,7 @@ from durapipe.compiler.argo_pod import (
     memoize,
     pod_env,
     scheduling,
+    strategic_merge,
     stage_metadata,
     user_env,
     volumes,
@@ -122,8 +125,11 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     pod_spec: Json = {"restartPolicy": "Never"}
     if plan.pod.grace_seconds is not None:
         pod_spec["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
-    if ctx.pipeline.service_account:
-        pod_spec["serviceAccountName"] = ctx.pipeline.service_account
+    account = ctx.pipeline.service_account or ctx.options.service_account
+    if account:
+        pod_spec["serviceAccountName"] = account
+    if ctx.pipeline.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in ctx.pipeline.image_pull_secrets]
     pod_spec.update(scheduling(ctx, plan, variant))
     # The uploader is a native sidecar (an init container that keeps running): a Job pod
     # completes only when its regular containers have, and nothing SIGTERMs a plain sidecar
@@ -135,6 +141,9 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     pod_spec["initContainers"] = inits
     pod_spec["containers"] = [main]
     pod_spec["volumes"] = volumes(ctx, plan)
+    if stage.pod_patch is not None:  # a JobSet pod has no podSpecPatch: applied here
+        patched: Json = strategic_merge(pod_spec, json.loads(stage.pod_patch))
+        return patched
     return pod_spec
 
 

@@ -23,8 +23,8 @@ from durapipe.compiler.plan import (
     contract_env,
     grace_for_runtime,
 )
-from durapipe.dsl import catalog, units
-from durapipe.dsl.model import Secret, Stage
+from durapipe.dsl import catalog, kube, units
+from durapipe.dsl.model import ConfigMapKey, Secret, Stage, Volume
 from durapipe.runtime import contract
 
 Json = dict[str, Any]
@@ -207,7 +207,14 @@ def scheduling(ctx: Context, plan: StagePlan, variant: Variant) -> Json:
             {"key": ctx.pipeline.cluster.gpu_resource, "operator": "Exists",
              "effect": "NoSchedule"}
         )
+    selector.update(stage.node_selector)
+    tolerations.extend(kube_toleration(t) for t in stage.tolerations)
+    affinity = user_affinity(stage, affinity)
     out: Json = {}
+    if stage.service_account is not None:
+        out["serviceAccountName"] = stage.service_account
+    if stage.priority_class is not None:
+        out["priorityClassName"] = stage.priority_class
     if selector:
         out["nodeSelector"] = dict(sorted(selector.items()))
     if affinity is not None:
@@ -215,6 +222,36 @@ def scheduling(ctx: Context, plan: StagePlan, variant: Variant) -> Json:
     if tolerations:
         out["tolerations"] = tolerations
     return out
+
+
+def kube_toleration(text: str) -> Json:
+    parsed = kube.parse_toleration(text)
+    assert not isinstance(parsed, str), text  # the front end reported it (P0342)
+    return parsed.to_json()
+
+
+def _expressions(labels: dict[str, tuple[str, ...]]) -> list[Json]:
+    return [{"key": k, "operator": "In", "values": list(v)} for k, v in sorted(labels.items())]
+
+
+def user_affinity(stage: Stage, affinity: Json | None) -> Json | None:
+    """The stage's `affinity` on top of the GPU-type one: its required labels join every
+    node selector term (all must hold), its preferred ones are one more preference."""
+    user = stage.affinity
+    if user is None or not (user.required or user.preferred):
+        return affinity
+    node: Json = dict((affinity or {}).get("nodeAffinity", {}))
+    if user.required:
+        key = "requiredDuringSchedulingIgnoredDuringExecution"
+        terms = node.get(key, {}).get("nodeSelectorTerms") or [{"matchExpressions": []}]
+        node[key] = {"nodeSelectorTerms": [
+            {"matchExpressions": [*t.get("matchExpressions", []),
+                                  *_expressions(user.required)]} for t in terms]}
+    if user.preferred:
+        key = "preferredDuringSchedulingIgnoredDuringExecution"
+        node[key] = [*node.get(key, []), {
+            "weight": 50, "preference": {"matchExpressions": _expressions(user.preferred)}}]
+    return {"nodeAffinity": node}
 
 
 def _toleration(t: catalog.Toleration) -> Json:
@@ -288,8 +325,9 @@ def user_env(ctx: Context, plan: StagePlan) -> list[Json]:
         value = stage.env[name]
         loc: Loc = ("stages", plan.index, "env", name)
         if isinstance(value, Secret):
+            ref = "configMapKeyRef" if isinstance(value, ConfigMapKey) else "secretKeyRef"
             env.append({"name": name, "valueFrom": {
-                "secretKeyRef": {"name": value.name, "key": value.key}}})
+                ref: {"name": value.name, "key": value.key}}})
         else:
             env.append({"name": name, "value": render_text(ctx, value, loc)})
     return env
@@ -310,6 +348,33 @@ def volumes(ctx: Context, plan: StagePlan) -> list[Json]:
     if plan.pod.shm is not None:
         out.append({"name": SHM_VOLUME, "emptyDir": {
             "medium": "Memory", "sizeLimit": units.format_bytes(plan.pod.shm)}})
+    out.extend(user_volume(name, v) for name, v in sorted(plan.stage.volumes.items()))
+    return out
+
+
+def user_volume(name: str, volume: Volume) -> Json:
+    if volume.claim is not None:
+        claim: Json = {"claimName": volume.claim}
+        if volume.read_only:
+            claim["readOnly"] = True
+        return {"name": user_volume_name(name), "persistentVolumeClaim": claim}
+    if volume.secret is not None:
+        return {"name": user_volume_name(name), "secret": {"secretName": volume.secret}}
+    return {"name": user_volume_name(name), "configMap": {"name": volume.config_map}}
+
+
+def user_volume_name(name: str) -> str:
+    """User volumes are prefixed so that none can take the name of the pod's own."""
+    return f"v-{name}"[:63].rstrip("-")
+
+
+def user_mounts(plan: StagePlan) -> list[Json]:
+    out: list[Json] = []
+    for name, volume in sorted(plan.stage.volumes.items()):
+        mount: Json = {"name": user_volume_name(name), "mountPath": volume.path}
+        if volume.read_only or volume.claim is None:
+            mount["readOnly"] = True
+        out.append(mount)
     return out
 
 
@@ -327,6 +392,7 @@ def main_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
     out = _runtime_mounts(ctx, plan)
     if plan.pod.shm is not None:
         out.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    out.extend(user_mounts(plan))
     return out
 
 
@@ -473,6 +539,35 @@ def pod_spec_patch(ctx: Context, plan: StagePlan, *, memory_param: bool = False,
                                                gpu_count=gpu_count_param)]
     if plan.pod.grace_seconds is not None:
         patch["terminationGracePeriodSeconds"] = plan.pod.grace_seconds
+    if stage.pod_patch is not None:
+        patch = strategic_merge(patch, json.loads(stage.pod_patch))
     if not patch:
         return None
     return json.dumps(patch, sort_keys=True, separators=(",", ":"))
+
+
+def strategic_merge(base: Any, patch: Any) -> Any:
+    """``patch`` over ``base`` as a strategic merge does for the pod spec: objects merge key
+    by key (``null`` deletes), lists of named objects (containers, volumes, env) merge by
+    ``name``, other lists are replaced.  Used where durapipe's own patch and the stage's
+    `pod_patch` meet, and on JobSet pods, which have no ``podSpecPatch``."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = dict(base)
+        for key, value in patch.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = strategic_merge(base.get(key), value)
+        return out
+    named = (isinstance(base, list) and isinstance(patch, list)
+             and all(isinstance(x, dict) and "name" in x for x in [*base, *patch]))
+    if named:
+        merged = list(base)
+        index = {x["name"]: i for i, x in enumerate(merged)}
+        for item in patch:
+            if item["name"] in index:
+                merged[index[item["name"]]] = strategic_merge(merged[index[item["name"]]], item)
+            else:
+                merged.append(item)
+        return merged
+    return patch

@@ -109,7 +109,7 @@ def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
 def metadata(ctx: Context, kind: str, name: str) -> Json:
     pipeline = ctx.pipeline
     meta: Json = {}
-    if kind == "Workflow":
+    if kind == "Workflow" and not ctx.options.fixed_names:
         meta["generateName"] = f"{name}-"
         limit = naming.MAX_WORKFLOW_NAME - naming.GENERATE_NAME_SUFFIX
     else:
@@ -132,8 +132,11 @@ def workflow_spec(ctx: Context, templates: list[Json]) -> Json:
     args = arguments(ctx)
     if args:
         spec["arguments"] = args
-    if ctx.pipeline.service_account:
-        spec["serviceAccountName"] = ctx.pipeline.service_account
+    account = ctx.pipeline.service_account or ctx.options.service_account
+    if account:
+        spec["serviceAccountName"] = account
+    if ctx.pipeline.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in ctx.pipeline.image_pull_secrets]
     spec["templates"] = templates
     return spec
 

@@ -5,6 +5,13 @@ to a directory (``-o DIR/``: one ``<pipeline>.yaml`` per pipeline, optionally wi
 ``kustomization.yaml``).  ``--check`` writes nothing: it compares what would be written with
 what is on disk, prints a unified diff and exits 1 when they differ.
 
+A directory, or any output with ``--gitops``, is what a GitOps tool applies (``gitops``): a
+pipeline that would be a run-once Workflow becomes a WorkflowTemplate unless a Workflow is asked
+for (``--kind workflow`` or ``kind = "workflow"``), which then gets a fixed ``metadata.name``
+(kustomize and Argo CD cannot apply ``generateName``); and the ServiceAccount, Role and
+RoleBinding the pods need (:mod:`durapipe.compiler.rbac`) come along, in
+``<pipeline>.rbac.yaml``, unless ``--no-rbac``.
+
 Exit codes: 0 success, 1 diagnostics with errors or stale output under ``--check``,
 2 usage errors.
 """
@@ -35,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write nothing; exit 1 with a diff if the output on disk is stale")
     parser.add_argument("--kustomization", action="store_true",
                         help="with -o DIR/: also write kustomization.yaml listing the files")
+    parser.add_argument("--gitops", action="store_true",
+                        help="output for kustomize / Argo CD / Flux (implied by -o DIR/): "
+                             "WorkflowTemplates and CronWorkflows, named Workflows, RBAC")
+    parser.add_argument("--no-rbac", action="store_true",
+                        help="leave out the ServiceAccount, Role and RoleBinding (gitops "
+                             "output); the pods then run as `service_account` or the "
+                             "namespace's default")
     parser.add_argument("--format", choices=("human", "short", "json"), default="human",
                         help="how to print diagnostics (default human)")
     parser.add_argument("--runtime-image", metavar="IMAGE",
@@ -50,12 +64,22 @@ RUNTIME_FILE = "durapipe-runtime.yaml"
 class Compiled:
     source: str
     name: str
-    #: The pipeline's stream: the runtime's ConfigMap first, then the Argo objects.
+    #: The pipeline's own objects as YAML (the runtime's objects are kept apart, see stream()).
     text: str
+    #: The documents of ``text``, and the RBAC documents kept apart (gitops output only).
     documents: list[dict[str, Any]]
-    #: The Argo objects alone, and the runtime objects, for ``-o DIR/``.
-    argo_text: str = ""
-    runtime_objects: list[dict[str, object]] = field(default_factory=list)
+    rbac: list[dict[str, Any]]
+    #: The runtime's objects (its ConfigMap), which every pipeline of one durapipe shares.
+    runtime_objects: list[dict[str, Any]] = field(default_factory=list)
+
+
+def is_dir_output(args: argparse.Namespace) -> bool:
+    out = args.output
+    return out is not None and (out.endswith(("/", os.sep)) or Path(out).is_dir())
+
+
+def gitops(args: argparse.Namespace) -> bool:
+    return bool(args.gitops) or is_dir_output(args)
 
 
 def display_path(path: str) -> str:
@@ -84,41 +108,49 @@ def compile_file(path: str, args: argparse.Namespace, diagnostics: list[object])
     diagnostics.extend(loaded.diagnostics)
     if loaded.pipeline is None or not loaded.ok:
         return None
+    from durapipe.compiler import rbac
+
     shown = display_path(path)
+    pipeline = loaded.pipeline
+    kind = args.kind
+    with_rbac = gitops(args) and not args.no_rbac
+    if gitops(args) and kind is None and pipeline.output_kind == "workflow" and \
+            pipeline.kind is None:
+        kind = "template"  # a run-once Workflow only where asked for
     options = CompileOptions(
-        kind=args.kind,
+        kind=kind,
         argo_version=args.argo_version,
         runtime_image=args.runtime_image or None,
+        fixed_names=gitops(args),
+        service_account=rbac.account_name(pipeline) if with_rbac else None,
         source_map=loaded.source_map,
         source_path=shown,
     )
-    result = compile_pipeline(loaded.pipeline, options)
+    result = compile_pipeline(pipeline, options)
     diagnostics.extend(result.diagnostics)
     if not result.ok:
         return None
-    head = header(shown)
-    return Compiled(shown, loaded.pipeline.name,
-                    to_yaml([*result.runtime_objects, *result.documents], head),
-                    result.documents, to_yaml(result.documents, head),
+    extra = rbac.rbac_documents(pipeline) if with_rbac else []
+    text = to_yaml(result.documents, header(shown))
+    if extra and not is_dir_output(args):
+        text = to_yaml([*result.documents, *extra], header(shown))
+    return Compiled(shown, pipeline.name, text, result.documents, extra,
                     list(result.runtime_objects))
 
 
-def runtime_file(compiled: list[Compiled]) -> str | None:
-    """Every pipeline's runtime objects, each (namespace, name) once: pipelines compiled by
-    one durapipe share the ConfigMap, and kustomize refuses an object listed twice."""
+def stream(compiled: list[Compiled]) -> str:
+    """One YAML stream of every pipeline: the runtime's objects once (pipelines in one
+    namespace share them, and Argo CD flags an object that appears twice), right after the
+    first pipeline's header so that an ordered apply creates them before any pod mounts them."""
+    runtime = unique_runtime_objects(compiled)
+    if not compiled or not runtime:
+        return "".join(c.text for c in compiled)
     from durapipe.compiler.serialize import to_yaml
 
-    seen: dict[tuple[str, str], dict[str, object]] = {}
-    for item in compiled:
-        for doc in item.runtime_objects:
-            meta = doc["metadata"]
-            assert isinstance(meta, dict)
-            seen.setdefault((str(meta.get("namespace", "")), str(meta["name"])), doc)
-    if not seen:
-        return None
-    return to_yaml([seen[key] for key in sorted(seen)],
-                   "The durapipe runtime the pipelines' pods mount. Generated by durapipe "
-                   "compile. Do not edit.")
+    first = compiled[0]
+    head, _, body = first.text.partition("\n---\n")
+    return head + "\n---\n" + to_yaml(runtime) + "---\n" + body + \
+        "".join(c.text for c in compiled[1:])
 
 
 def kustomization(names: list[str]) -> str:
@@ -132,22 +164,83 @@ def kustomization(names: list[str]) -> str:
     return to_yaml([doc], "Generated by durapipe compile. Do not edit.")
 
 
+def _object_id(doc: dict[str, Any]) -> tuple[str, str, str, str]:
+    meta = doc.get("metadata", {})
+    return (str(doc.get("apiVersion")), str(doc.get("kind")), str(meta.get("namespace", "")),
+            str(meta.get("name") or meta.get("generateName")))
+
+
+def unique_runtime_objects(compiled: list[Compiled]) -> list[dict[str, Any]]:
+    """Every pipeline's runtime objects, each (namespace, name) once, in a stable order."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in compiled:
+        for doc in item.runtime_objects:
+            meta = doc["metadata"]
+            seen.setdefault((str(meta.get("namespace", "")), str(meta["name"])), doc)
+    return [seen[key] for key in sorted(seen)]
+
+
+def runtime_file(compiled: list[Compiled]) -> str | None:
+    """Every pipeline's runtime objects, each (namespace, name) once: pipelines compiled by
+    one durapipe share the ConfigMap, and kustomize refuses an object listed twice."""
+    from durapipe.compiler.serialize import to_yaml
+
+    runtime = unique_runtime_objects(compiled)
+    if not runtime:
+        return None
+    return to_yaml(runtime,
+                   "The durapipe runtime the pipelines' pods mount. Generated by durapipe "
+                   "compile. Do not edit.")
+
+
+def directory_files(compiled: list[Compiled], args: argparse.Namespace) -> dict[str, str]:
+    """``-o DIR/``: each pipeline's objects in ``<pipeline>.yaml``, its RBAC in
+    ``<pipeline>.rbac.yaml``.  Whatever objects the compiler emits are written, and an object
+    that an earlier pipeline's files hold already (the same kind, namespace, name and content,
+    such as an object every pipeline shares) is written once, so kustomize sees no duplicate.
+    The same name with different content is a conflict (``DirectoryConflict``)."""
+    from durapipe.compiler import header, to_yaml
+
+    out = args.output
+    seen: dict[tuple[str, str, str, str], tuple[dict[str, Any], str]] = {}
+    files: dict[str, str] = {}
+    runtime = runtime_file(compiled)
+    if runtime is not None:
+        files[os.path.join(out, RUNTIME_FILE)] = runtime
+    for c in compiled:
+        for suffix, docs in (("", c.documents), (".rbac", c.rbac)):
+            kept: list[dict[str, Any]] = []
+            for doc in docs:
+                key = _object_id(doc)
+                if key in seen:
+                    if seen[key][0] != doc:
+                        raise DirectoryConflict(
+                            f"{key[1]} `{key[3]}` of pipeline {c.name} differs from the one "
+                            f"of pipeline {seen[key][1]}")
+                    continue
+                seen[key] = (doc, c.name)
+                kept.append(doc)
+            if kept:
+                files[os.path.join(out, f"{c.name}{suffix}.yaml")] = to_yaml(
+                    kept, header(c.source))
+    if args.kustomization:
+        files[os.path.join(out, "kustomization.yaml")] = kustomization(
+            [os.path.basename(path) for path in files])
+    return files
+
+
+class DirectoryConflict(Exception):
+    """Two pipelines of one ``-o DIR/`` emit different objects of the same name."""
+
+
 def planned_outputs(compiled: list[Compiled], args: argparse.Namespace) -> dict[str, str] | None:
     """Path -> text of everything to write; ``None`` means stdout."""
     out = args.output
     if out is None:
         return None
-    if out.endswith(("/", os.sep)) or Path(out).is_dir():
-        files = {os.path.join(out, f"{c.name}.yaml"): c.argo_text for c in compiled}
-        names = [f"{c.name}.yaml" for c in compiled]
-        runtime = runtime_file(compiled)
-        if runtime is not None:
-            files[os.path.join(out, RUNTIME_FILE)] = runtime
-            names.append(RUNTIME_FILE)
-        if args.kustomization:
-            files[os.path.join(out, "kustomization.yaml")] = kustomization(names)
-        return files
-    return {out: "".join(c.text for c in compiled)}
+    if is_dir_output(args):
+        return directory_files(compiled, args)
+    return {out: stream(compiled)}
 
 
 def check_outputs(files: dict[str, str]) -> int:
@@ -192,23 +285,36 @@ def run(args: argparse.Namespace) -> int:
             print(text, file=sys.stderr)
     if failed:
         return 1
-    if args.kustomization and planned_outputs(compiled, args) is not None and not (
-            args.output.endswith(("/", os.sep)) or Path(args.output).is_dir()):
+    if args.kustomization and not is_dir_output(args):
         print("durapipe: --kustomization needs -o DIR/", file=sys.stderr)
         return 2
-    files = planned_outputs(compiled, args)
+    try:
+        files = planned_outputs(compiled, args)
+    except DirectoryConflict as exc:
+        print(f"durapipe: {exc}", file=sys.stderr)
+        return 2
     if files is None:
         if args.check:
             print("durapipe: --check needs -o FILE or -o DIR/", file=sys.stderr)
             return 2
-        sys.stdout.write("".join(c.text for c in compiled))
+        sys.stdout.write(stream(compiled))
         return 0
     if args.check:
         return check_outputs(files)
     for path, text in files.items():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8", newline="\n")
+        write_atomic(Path(path), text)
     return 0
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write-then-rename, so that a reader (or an interrupted run) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8", newline="\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["add_arguments", "run"]

@@ -21,9 +21,13 @@ RUNTIME_IMAGE_ZIPAPP = "/opt/durapipe/durapipe-runtime.pyz"
 class CompileOptions:
     """What the caller chooses; everything else comes from the pipeline."""
 
-    #: Overrides ``pipeline.kind`` (``--kind``).
+    #: Overrides ``pipeline.kind`` (``--kind``).  With a kustomized output, a Workflow gets a
+    #: fixed name instead of ``generateName``: see ``fixed_names``.
     kind: Literal["workflow", "template", "cron"] | None = None
     argo_version: ArgoVersion = "4.1"
+    #: A Workflow named ``metadata.name`` rather than ``generateName`` (kustomize and Argo
+    #: CD cannot apply an object without a name).
+    fixed_names: bool = False
     #: ``None`` (the default): the runtime zipapp ships in the output as a ConfigMap and runs
     #: in the stage's own image.  An image name: an init container copies the zipapp out of
     #: that image (built from ``Containerfile.runtime``) and the upload agent runs in it.
@@ -36,6 +40,8 @@ class CompileOptions:
     #: Argo's per-object limits; lowered only by tests that exercise splitting.
     max_templates: int = 200
     max_tasks: int = 200
+    #: The service account of pipelines that set none (`-o DIR/` names the one it emits).
+    service_account: str | None = None
     #: Where the model came from, so diagnostics can point at source lines.
     source_map: SourceMap | None = None
     source_path: str | None = None

@@ -22,7 +22,17 @@ from typing import Literal
 
 from durapipe.compiler import memo, naming
 from durapipe.dsl import units
-from durapipe.dsl.model import GpuChoice, Interp, Pipeline, Ref, Retry, Secret, Stage, Text
+from durapipe.dsl.model import (
+    ConfigMapKey,
+    GpuChoice,
+    Interp,
+    Pipeline,
+    Ref,
+    Retry,
+    Secret,
+    Stage,
+    Text,
+)
 from durapipe.runtime import contract
 
 #: ``retry.backoff`` cap when ``max_backoff`` is not set (seconds).
@@ -574,7 +584,8 @@ def cache_static(stage: Stage) -> str:
     for name in sorted(stage.env):
         value = stage.env[name]
         if isinstance(value, Secret):
-            env[name] = f"secret:{value.name}/{value.key}"
+            source = "configmap" if isinstance(value, ConfigMapKey) else "secret"
+            env[name] = f"{source}:{value.name}/{value.key}"
         else:
             env[name] = symbolic(value)
     return memo.static_digest(

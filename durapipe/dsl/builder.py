@@ -19,6 +19,7 @@ raise one :class:`PipelineError` whose diagnostics point at the caller's lines.
 from __future__ import annotations
 
 import importlib.util
+import json
 import linecache
 import os
 import re
@@ -31,12 +32,12 @@ from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import lower as lw
 from durapipe.dsl.load import LoadResult, finish
 from durapipe.dsl.model import Pipeline as PipelineModel
-from durapipe.dsl.model import Ref, Secret, simplify_text
+from durapipe.dsl.model import ConfigMapKey, Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, Source, SourceMap, Span
 
 __all__ = [
-    "Cache", "Checkpoint", "Cluster", "Distributed", "Gpu", "OnOom", "Pipeline", "Resources",
-    "Retry", "secret",
+    "Affinity", "Cache", "Checkpoint", "Cluster", "Distributed", "Gpu", "OnOom", "Pipeline",
+    "Resources", "Retry", "Volume", "config_map", "secret",
 ]
 
 _INTERP_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
@@ -126,11 +127,16 @@ def secret(name: str, key: str) -> Secret:
     return Secret(name=name, key=key)
 
 
+def config_map(name: str, key: str) -> ConfigMapKey:
+    """``config_map("name", "key")`` as in ``.pipe``: an env value read from a ConfigMap."""
+    return ConfigMapKey(name=name, key=key)
+
+
 class _Section:
     """A nested block; subclasses name the ``.pipe`` block and its vocabulary."""
 
     block: str = ""
-    schema: Mapping[str, lw.Attr | lw.BlockSchema | lw.Map] = {}
+    schema: Mapping[str, lw.Kind] = {}
 
     def __init__(self, **attributes: Any):
         self.attributes = attributes
@@ -170,6 +176,16 @@ class Checkpoint(_Section):
 class Distributed(_Section):
     block = "distributed"
     schema = lw.STAGE_SCHEMA["distributed"].schema  # type: ignore[union-attr]
+
+
+class Volume(_Section):
+    block = "volumes"
+    schema = lw.STAGE_SCHEMA["volumes"].schema  # type: ignore[union-attr]
+
+
+class Affinity(_Section):
+    block = "affinity"
+    schema = lw.STAGE_SCHEMA["affinity"].schema  # type: ignore[union-attr]
 
 
 class Cluster(_Section):
@@ -259,7 +275,7 @@ class _Converter:
         if span is not None:
             self.source_map[loc] = span
 
-    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, lw.Attr | lw.BlockSchema | lw.Map],
+    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, lw.Kind],
                 loc: tuple[Any, ...], site: _CallSite, where: str,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -293,13 +309,13 @@ class _Converter:
             node[target[-1]] = converted
         return out
 
-    def member(self, name: str, value: Any, kind: lw.Attr | lw.BlockSchema | lw.Map,
+    def member(self, name: str, value: Any, kind: lw.Kind,
                loc: tuple[Any, ...], site: _CallSite) -> Any:
         if isinstance(kind, lw.BlockSchema):
             if kind.flag and isinstance(value, bool):
                 return {} if value else None
             if isinstance(value, _Section):
-                if value.schema is not kind.schema:
+                if value.schema != kind.schema:
                     self.diagnostics.append(dg.error(
                         "P0203", f"`{name}` takes a {type(value).__name__} where a "
                         f"`{name}` block is expected", value.site.span(), "wrong block"))
@@ -314,6 +330,16 @@ class _Converter:
             if isinstance(value, Mapping):
                 return {str(k): self.plain(v, (*loc, str(k))) for k, v in value.items()}
             return self.plain(value, loc)
+        if isinstance(kind, lw.Blocks):
+            if not isinstance(value, Mapping):
+                return self.plain(value, loc)
+            return {str(k): self.member(str(k), v, lw.BlockSchema(kind.schema),
+                                        (*loc, str(k)), site) for k, v in value.items()}
+        if name == "pod_patch" and isinstance(value, Mapping):
+            try:  # the text front end's JSON; finish_stage canonicalises it
+                return json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
+                return self.plain(value, loc)  # not JSON: typecheck reports the type
         if name == "script" and isinstance(value, str):
             return value  # verbatim, like a heredoc: shell `${VAR}` must survive
         plain = self.plain(value, loc)

@@ -162,7 +162,30 @@ digits, `-`, `_` and `.`, starting and ending with a letter or digit (`"a: b # c
 a label or annotation key is `[prefix/]name`, the prefix a DNS subdomain (`example.com`), the
 name like a label value; a namespace is a DNS-1123 label; a service account, a storage secret
 and a `secret()` name are DNS subdomains, and a `secret()` key holds letters, digits, `-`, `_`
-and `.`."""),
+and `.`.  The same holds for what a stage names (`service_account`, `priority_class`,
+`image_pull_secrets`, a volume's `claim`, `secret` and `config_map`, all DNS subdomains; a
+volume's own name, a DNS-1123 label) and for the node labels of `node_selector` and `affinity`
+(keys and values as labels)."""),
+    Code("P0342", "invalid toleration", """
+A toleration is written as `kubectl taint` writes the taint it tolerates: `key`,
+`key:Effect`, `key=value` or `key=value:Effect`, the effect one of `NoSchedule`,
+`PreferNoSchedule` and `NoExecute`.  Without `=value` it tolerates every value of the key.
+
+    tolerations = ["nvidia.com/gpu:NoSchedule", "dedicated=ml:NoSchedule"]"""),
+    Code("P0343", "invalid volume", """
+A volume names exactly one source (`claim`, `secret` or `config_map`) and is mounted at an
+absolute `path` that no other volume uses and that does not overlap what the compiled pod mounts
+itself (`/var/run/durapipe`, `/dev/shm`, the checkpoint path).
+
+    volumes { data { claim = "datasets" path = "/data" read_only = true } }"""),
+    Code("P0344", "`pod_patch` does not fit the Pod spec", """
+`pod_patch` is a JSON strategic-merge patch of the pod spec.  It is checked against the
+Kubernetes PodSpec schema (the one JobSet v0.12.0's CRD embeds): every key must be a field at its
+place, and every value of the field's type.  `$patch` directives and `null` (delete) pass."""),
+    Code("P0345", "`schedule` conflicts with the output kind", """
+A pipeline with a `schedule` compiles to a CronWorkflow.  Asking for a Workflow or a
+WorkflowTemplate (`kind = ...` or `--kind`) would drop the schedule, so it is an error: drop
+`kind`, or drop `schedule`."""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example

@@ -8,13 +8,14 @@ problem locations are mapped back to spans through the source map.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, Label, Subject, closest, did_you_mean, error
-from durapipe.dsl.model import Ref, Secret, simplify_text
+from durapipe.dsl.model import ConfigMapKey, Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, SourceMap, Span
 from durapipe.dsl.typecheck import Loc
 
@@ -32,7 +33,7 @@ class Attr:
 class BlockSchema:
     """A nested block with its own vocabulary; ``flag`` also accepts ``name = true|false``."""
 
-    schema: dict[str, Attr | BlockSchema | Map]
+    schema: dict[str, Kind]
     flag: bool = False
     target: tuple[str, ...] | None = None
 
@@ -42,6 +43,17 @@ class Map:
     """A block whose members are free-form ``key = value`` pairs (env, labels, outputs)."""
 
     target: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A block whose members are blocks named freely, each with ``schema`` (volumes)."""
+
+    schema: dict[str, Kind]
+    target: tuple[str, ...] | None = None
+
+
+Kind = Attr | BlockSchema | Map | Blocks
 
 
 def _needs(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
@@ -79,6 +91,7 @@ def _gpu_types(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
 
 
 def _schedules(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+    """One string or a list of them (schedules, tolerations, image pull secrets)."""
     return value if isinstance(value, list) else [value]
 
 
@@ -91,7 +104,7 @@ RESOURCES = BlockSchema({
     "cpu": Attr(), "memory": Attr(), "ephemeral_storage": Attr(), "shm": Attr(),
     "gpu": BlockSchema({"count": Attr(), "types": Attr(_gpu_types), "fallback_after": Attr()}),
 })
-STAGE_SCHEMA: dict[str, Attr | BlockSchema | Map] = {
+STAGE_SCHEMA: dict[str, Kind] = {
     "image": Attr(), "command": Attr(), "script": Attr(), "args": Attr(), "workdir": Attr(),
     "env": Map(), "inputs": Map(), "outputs": Map(), "needs": Attr(_needs),
     "resources": RESOURCES,
@@ -103,12 +116,19 @@ STAGE_SCHEMA: dict[str, Attr | BlockSchema | Map] = {
     "distributed": BlockSchema({"replicas": Attr(), "procs_per_node": Attr(), "launcher": Attr(),
                         "max_restarts": Attr(), "restart_on_maintenance": Attr()}),
     "labels": Map(), "annotations": Map(),
+    "service_account": Attr(), "priority_class": Attr(), "node_selector": Map(),
+    "tolerations": Attr(_schedules),
+    "affinity": BlockSchema({"required": Map(), "preferred": Map()}),
+    "volumes": Blocks({"claim": Attr(), "secret": Attr(), "config_map": Attr(), "path": Attr(),
+                       "read_only": Attr()}),
+    "pod_patch": Attr(),
 }
 #: Per-stage graph structure cannot come from ``defaults``.
 NOT_IN_DEFAULTS = ("needs", "inputs", "outputs")
-PIPELINE_SCHEMA: dict[str, Attr | BlockSchema | Map] = {
+PIPELINE_SCHEMA: dict[str, Kind] = {
     "namespace": Attr(), "storage": Attr(), "storage_secret": Attr(),
     "service_account": Attr(), "schedule": Attr(_schedules, target=("schedules",)),
+    "image_pull_secrets": Attr(_schedules),
     "timezone": Attr(), "kind": Attr(), "labels": Map(), "annotations": Map(),
     "profile": Attr(target=("cluster", "profile")),
     "cluster": BlockSchema({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
@@ -153,24 +173,26 @@ class Lowering:
         raise TypeError(node)  # pragma: no cover - Value is closed
 
     def call(self, node: st.CallValue, loc: Loc) -> Any:
-        if node.name != "secret":
+        if node.name not in FUNCTIONS:
             self.diagnostics.append(error(
                 "P0208", f"unknown function `{node.name}`", node.name_span, "not a function",
-                help=did_you_mean(node.name, ["secret"]) or "the only function is `secret`"))
+                help=did_you_mean(node.name, list(FUNCTIONS))
+                or "the functions are `secret` and `config_map`"))
             return None
         args = [a for a in node.args]
         if len(args) != 2 or not all(isinstance(a, st.StrValue) and not a.heredoc
                                      and all(isinstance(p, str) for p in a.parts) for a in args):
+            what = "Secret" if node.name == "secret" else "ConfigMap"
             self.diagnostics.append(error(
-                "P0203", "`secret` takes two strings: the Secret's name and the key",
-                node.span, "expected secret(\"name\", \"key\")"))
+                "P0203", f"`{node.name}` takes two strings: the {what}'s name and the key",
+                node.span, f"expected {node.name}(\"name\", \"key\")"))
             return None
         name, key = (a.text for a in args if isinstance(a, st.StrValue))
-        return Secret(name=name, key=key)
+        return FUNCTIONS[node.name](name=name, key=key)
 
     # -- blocks ---------------------------------------------------------------------------
 
-    def members(self, block: st.Block, schema: dict[str, Attr | BlockSchema | Map], loc: Loc,
+    def members(self, block: st.Block, schema: dict[str, Kind], loc: Loc,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
         seen: dict[str, st.Attribute | st.Block] = {}
@@ -198,7 +220,7 @@ class Lowering:
             _set_path(out, target, value)
         return out
 
-    def member(self, member: st.Attribute | st.Block, kind: Attr | BlockSchema | Map, loc: Loc) -> Any:
+    def member(self, member: st.Attribute | st.Block, kind: Kind, loc: Loc) -> Any:
         name_span = member.key_span if isinstance(member, st.Attribute) else member.name_span
         if isinstance(kind, Attr):
             if isinstance(member, st.Block):
@@ -212,7 +234,8 @@ class Lowering:
             if isinstance(kind, BlockSchema) and kind.flag and isinstance(member.value, st.BoolValue):
                 self.source_map[loc] = member.value.span
                 return {} if member.value.value else None
-            what = "block" if isinstance(kind, BlockSchema) else "block of `key = value` pairs"
+            what = ("block" if isinstance(kind, BlockSchema) else "block of named blocks"
+                    if isinstance(kind, Blocks) else "block of `key = value` pairs")
             self.diagnostics.append(error(
                 "P0203", f"`{member.key}` is a {what}", member.value.span,
                 "expected `{ ... }`",
@@ -222,6 +245,23 @@ class Lowering:
         self.source_map[loc] = name_span
         if isinstance(kind, BlockSchema):
             return self.members(member, kind.schema, loc)
+        if isinstance(kind, Blocks):
+            named: dict[str, Any] = {}
+            for entry in member.members:
+                if isinstance(entry, st.Attribute):
+                    self.diagnostics.append(error(
+                        "P0203", f"`{member.name}` holds named blocks", entry.key_span,
+                        "not a block", help=f"write `{entry.key} {{ ... }}`"))
+                    continue
+                if entry.name in named:
+                    self.diagnostics.append(error(
+                        "P0109", f"`{entry.name}` is set twice in `{member.name}`",
+                        entry.name_span, "set again here", help="keep one of them"))
+                    continue
+                self.source_map[(*loc, entry.name, KEY)] = entry.name_span
+                self.source_map[(*loc, entry.name)] = entry.name_span
+                named[entry.name] = self.members(entry, kind.schema, (*loc, entry.name))
+            return named
         entries: dict[str, Any] = {}
         for entry in member.members:
             if isinstance(entry, st.Block):
@@ -239,7 +279,7 @@ class Lowering:
         return entries
 
     def _unknown(self, name: str, span: Span, block: st.Block,
-                 schema: dict[str, Attr | BlockSchema | Map], forbidden: tuple[str, ...]) -> None:
+                 schema: dict[str, Kind], forbidden: tuple[str, ...]) -> None:
         if name in forbidden:
             self.diagnostics.append(error(
                 "P0209", f"`{name}` cannot be set in `defaults`", span, "per-stage only",
@@ -254,6 +294,9 @@ class Lowering:
 
 
 _INVALID = object()
+
+#: The functions of the language: both name a key of a Kubernetes object, for env values.
+FUNCTIONS: dict[str, type[Secret]] = {"secret": Secret, "config_map": ConfigMapKey}
 
 
 def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
@@ -299,9 +342,24 @@ def _fill_gpu_counts(stage: dict[str, Any]) -> None:
             choice["count"] = count
 
 
+def _canonical_patch(stage: dict[str, Any]) -> None:
+    """``pod_patch`` as compact, key-sorted JSON, so that a heredoc and a builder dict meaning
+    the same patch build equal models; text that is not a JSON object is left for the checks."""
+    text = stage.get("pod_patch")
+    if not isinstance(text, str):
+        return
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return
+    if isinstance(value, dict):
+        stage["pod_patch"] = json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def finish_stage(stage: dict[str, Any]) -> dict[str, Any]:
     """Normalisations shared by the text front end and the builder, after the merge."""
     _fill_gpu_counts(stage)
+    _canonical_patch(stage)
     return stage
 
 

@@ -79,10 +79,18 @@ class Secret:
     key: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConfigMapKey(Secret):
+    """``config_map("name", "key")``: a ConfigMap key.  A kind of :class:`Secret` reference, so
+    every place that keeps a key reference out of the pod's literal env treats both alike."""
+
+    described_as: ClassVar[str] = 'a `config_map("name", "key")` call'
+
+
 #: A command argument or string value that may refer to params and outputs.
 Text = Union[str, Ref, Interp]
-#: An environment value: text or a secret.
-EnvValue = Union[str, Ref, Interp, Secret]
+#: An environment value: text, a secret or a ConfigMap key.
+EnvValue = Union[str, Ref, Interp, ConfigMapKey, Secret]
 
 
 def simplify_text(parts: list[str | Ref]) -> Text:
@@ -223,6 +231,33 @@ class Distributed:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Volume:
+    """A volume mounted into the main container: exactly one of ``claim``, ``secret`` and
+    ``config_map`` names its source."""
+
+    #: A PersistentVolumeClaim, by name.
+    claim: str | None = None
+    #: A Secret, by name (mounted read-only: one file per key).
+    secret: str | None = None
+    #: A ConfigMap, by name (mounted read-only: one file per key).
+    config_map: str | None = None
+    #: Absolute path in the main container.
+    path: str
+    #: Mount read-only (always so for a Secret or ConfigMap).
+    read_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Affinity:
+    """Node affinity on node labels: each key lists the values a node may carry."""
+
+    #: Nodes must carry one of the values of every key.
+    required: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Nodes carrying one of the values are preferred.
+    preferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     name: str
     #: Container image the stage runs in.
@@ -258,6 +293,19 @@ class Stage:
     labels: dict[str, str] = field(default_factory=dict)
     #: Kubernetes annotations on the stage's pods.
     annotations: dict[str, str] = field(default_factory=dict)
+    #: Service account the stage's pods run as, instead of the pipeline's.
+    service_account: str | None = None
+    #: Volumes by name (a DNS-1123 label), mounted into the main container.
+    volumes: dict[str, Volume] = field(default_factory=dict)
+    #: Node labels the stage's nodes must carry, besides the GPU and spot ones.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    #: Taints the pods tolerate: `"key"`, `"key:Effect"`, `"key=value"` or `"key=value:Effect"`.
+    tolerations: tuple[str, ...] = ()
+    affinity: Affinity | None = None
+    #: PriorityClass of the stage's pods.
+    priority_class: str | None = None
+    #: A strategic-merge patch of the pod spec, as JSON, checked against the Pod schema.
+    pod_patch: str | None = None
 
     def references(self) -> list[Ref]:
         """Every reference the stage makes, in a stable order."""
@@ -318,12 +366,15 @@ class Pipeline:
     storage_secret: str | None = None
     #: Service account every pod of the workflow runs as.
     service_account: str | None = None
+    #: Secrets with registry credentials for pulling the stages' images.
+    image_pull_secrets: tuple[str, ...] = ()
     #: Cron schedules (`schedule = "0 3 * * *"` or a list); with `kind = "cron"` a CronWorkflow.
     schedules: tuple[str, ...] = ()
     #: IANA time zone of the schedules (`Europe/Berlin`); UTC without it.
     timezone: str | None = None
-    #: What to compile to: a Workflow, a WorkflowTemplate or a CronWorkflow.
-    kind: OutputKind = "workflow"
+    #: What to compile to: a Workflow, a WorkflowTemplate or a CronWorkflow; without it a
+    #: CronWorkflow when `schedule` is set, else a Workflow.
+    kind: OutputKind | None = None
     #: Kubernetes labels on the compiled object and its pods.
     labels: dict[str, str] = field(default_factory=dict)
     #: Kubernetes annotations on the compiled object.
@@ -331,6 +382,13 @@ class Pipeline:
     cluster: Cluster = Cluster()
     params: tuple[Param, ...] = ()
     stages: tuple[Stage, ...] = ()
+
+    @property
+    def output_kind(self) -> OutputKind:
+        """The kind asked for, or the one the settings imply."""
+        if self.kind is not None:
+            return self.kind
+        return "cron" if self.schedules else "workflow"
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name`` (``KeyError`` if none), by index: the compiler looks up

@@ -7,6 +7,7 @@ at the first.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -414,6 +415,7 @@ class _Checker:
     def stage(self, i: int, stage: Stage, stage_index: dict[str, int]) -> None:
         base = ("stages", i)
         self.stage_refs(i, stage, stage_index)
+        self.cluster_settings(i, stage)
         written = bool(self.written(i) & {"command", "script"})
         if stage.command is not None and stage.script is not None or (
                 stage.command is None and stage.script is None and not written):
@@ -565,9 +567,125 @@ class _Checker:
                                help=f'did you mean "{near}"?' if near else
                                'use an IANA name such as "Europe/Berlin" or "UTC"',
                                suggestion=near))
+        for j, name in enumerate(self.p.image_pull_secrets):
+            self.k8s_name("image pull secret", name, ("image_pull_secrets", j))
+        if self.p.schedules and self.p.kind in ("workflow", "template"):
+            self.add(schedule_conflict(self.p.kind, self.at("kind")))
         if self.p.kind == "cron" and not self.p.schedules:
             self.add(error("P0316", "`kind = \"cron\"` needs a `schedule`", self.at("kind"),
                            "no schedule", help='add `schedule = "0 3 * * *"`'))
+
+    # -- cluster settings: what the API server would reject ----------------------------------
+
+    def k8s_name(self, what: str, value: str, loc: tuple[Any, ...], *,
+                 label: bool = False) -> None:
+        problem = None if "{{" in value else (
+            kube.dns_label_problem if label else kube.dns_subdomain_problem)(value)
+        if problem:
+            self.add(error("P0321", f'{what} "{value}" is not a valid Kubernetes name',
+                           self.at(*loc), problem,
+                           help="use lower-case letters, digits and `-`"
+                           + ("" if label else " (and `.`)")))
+
+    def node_labels(self, what: str, labels: dict[str, Any], loc: tuple[Any, ...]) -> None:
+        for key, value in labels.items():
+            problem = None if "{{" in key else kube.qualified_name_problem(key)
+            where = (*loc, key, KEY)
+            if problem is None:
+                values = value if isinstance(value, tuple) else (value,)
+                for j, item in enumerate(values):
+                    problem = None if "{{" in item else kube.label_value_problem(item)
+                    if problem:
+                        where = (*loc, key, j) if isinstance(value, tuple) else (*loc, key)
+                        self.add(error("P0321", f'{what} value "{item}" of `{key}` is not a '
+                                       "valid label value", self.at(*where), problem,
+                                       help="at most 63 letters, digits, `-`, `_` and `.`"))
+                continue
+            self.add(error("P0321", f'{what} key "{key}" is not a valid label key',
+                           self.at(*where), problem, help='e.g. "example.com/pool" or "pool"'))
+
+    def cluster_settings(self, i: int, stage: Stage) -> None:
+        base = ("stages", i)
+        if stage.service_account is not None:
+            self.k8s_name("service account", stage.service_account, (*base, "service_account"))
+        if stage.priority_class is not None:
+            self.k8s_name("priority class", stage.priority_class, (*base, "priority_class"))
+        self.node_labels("node selector", stage.node_selector, (*base, "node_selector"))
+        if stage.affinity is not None:
+            for part in ("required", "preferred"):
+                self.node_labels("affinity", getattr(stage.affinity, part),
+                                 (*base, "affinity", part))
+        for j, text in enumerate(stage.tolerations):
+            parsed = kube.parse_toleration(text)
+            if isinstance(parsed, str):
+                self.add(error("P0342", f'toleration "{text}" is not `key[=value][:Effect]`',
+                               self.at(*base, "tolerations", j), parsed,
+                               help='e.g. "nvidia.com/gpu:NoSchedule" or "dedicated=ml"'))
+        self.volumes(i, stage)
+        if stage.pod_patch is not None:
+            self.pod_patch(i, stage.pod_patch)
+
+    def volumes(self, i: int, stage: Stage) -> None:
+        base = ("stages", i, "volumes")
+        paths: dict[str, str] = {}
+        reserved = [*kube.RESERVED_MOUNTS]
+        if stage.checkpoint is not None:
+            reserved.append(stage.checkpoint.path)
+        for name, volume in stage.volumes.items():
+            self.k8s_name("volume", name, (*base, name), label=True)
+            sources = [(k, v) for k, v in (("claim", volume.claim), ("secret", volume.secret),
+                                           ("config_map", volume.config_map)) if v is not None]
+            if len(sources) != 1:
+                self.add(error("P0343", f"volume `{name}` needs exactly one of `claim`, `secret` "
+                               f"and `config_map`, not {len(sources)}", self.at(*base, name),
+                               "one source per volume",
+                               help='e.g. `claim = "datasets"` for a PersistentVolumeClaim'))
+            for key, value in sources:
+                self.k8s_name(key.replace("_", " "), value, (*base, name, key))
+            path = volume.path.rstrip("/") or "/"
+            problem = None
+            if not path.startswith("/"):
+                problem = "not an absolute path"
+            elif path == "/":
+                problem = "the root directory"
+            elif path in paths:
+                problem = f"also the path of volume `{paths[path]}`"
+            else:
+                for other in reserved:
+                    if path == other or path.startswith(other + "/") or \
+                            other.startswith(path + "/"):
+                        problem = f"overlaps {other}, which the pod mounts itself"
+                        break
+            if problem:
+                self.add(error("P0343", f"volume `{name}` cannot be mounted at "
+                               f'"{volume.path}"', self.at(*base, name, "path"), problem,
+                               help='choose another absolute path, e.g. "/data"'))
+            paths.setdefault(path, name)
+
+    def pod_patch(self, i: int, text: str) -> None:
+        loc = ("stages", i, "pod_patch")
+        for problem in kube.patch_problems(text)[:5]:
+            shown = ".".join(str(p) for p in problem.path) or "the patch"
+            span = self._key_span(self.at(*loc), problem.path)
+            self.add(error("P0344", f"`pod_patch`: {shown}: {problem.message}", span,
+                           problem.message,
+                           help="see `kubectl explain pod.spec`; the patch is JSON, merged "
+                                "into the pod spec as `kubectl patch --type strategic` would"))
+
+    @staticmethod
+    def _key_span(span: Span | None, path: tuple[str | int, ...]) -> Span | None:
+        """The bad key's own text inside the patch, when the patch is written in this file."""
+        keys = [p for p in path if isinstance(p, str)]
+        if span is None or not keys:
+            return span
+        text = span.source.text[span.start:span.end]
+        pos = 0
+        for key in keys:  # each key after the one before it: the right `name` of several
+            found = text.find(json.dumps(key), pos)
+            if found < 0:
+                return span
+            pos = found
+        return Span(span.source, span.start + pos, span.start + pos + len(json.dumps(keys[-1])))
 
     def unused_params(self) -> None:
         used = {ref.path[1] for s in self.p.stages for ref in s.references() if ref.is_param}
@@ -577,6 +695,15 @@ class _Checker:
                 self.add(warning("W0001", f"param `{param.name}` is never used",
                                  self.at("params", i), "declared here"))
             declared.add(param.name)
+
+
+def schedule_conflict(kind: str, span: Span | None) -> Diagnostic:
+    """A schedule on a pipeline asked to compile to a kind that cannot carry it (P0345)."""
+    what = "a Workflow" if kind == "workflow" else "a WorkflowTemplate"
+    return error("P0345", f"`schedule` is set but the pipeline is compiled to {what}, which "
+                 "has no schedule", span, f"`kind = \"{kind}\"`",
+                 help="drop `kind` (a pipeline with `schedule` is a CronWorkflow) or drop "
+                      "`schedule`")
 
 
 def _article(word: str) -> str:

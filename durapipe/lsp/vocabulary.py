@@ -181,7 +181,7 @@ def _resolve(cls: type, target: tuple[str, ...]) -> tuple[type, str, Any] | None
     return None
 
 
-def _entries(schema: dict[str, lw.Attr | lw.BlockSchema | lw.Map], cls: type,
+def _entries(schema: dict[str, lw.Kind], cls: type,
              prefix: tuple[str, ...], skip: tuple[str, ...] = ()) -> dict[str, Entry]:
     docs = _field_docs()
     out: dict[str, Entry] = {}
@@ -204,6 +204,8 @@ def _entries(schema: dict[str, lw.Attr | lw.BlockSchema | lw.Map], cls: type,
                               children=_entries(kind.schema, block_cls, path))
         elif isinstance(kind, lw.Map):
             out[name] = Entry(name, path, "map", doc=doc, type_text="`key = value` pairs")
+        elif isinstance(kind, lw.Blocks):
+            out[name] = Entry(name, path, "map", doc=doc, type_text="named blocks")
         else:
             text, unit, choices, boolean = _describe(base, markers)
             out[name] = Entry(name, path, "attribute", doc=doc, type_text=text,

@@ -35,7 +35,7 @@ from durapipe.compiler.plan import (
     plan_pipeline,
 )
 from durapipe.dsl import units
-from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage, Text
+from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.runner import policy
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
@@ -493,8 +493,9 @@ class Runner:
         for name, value in stage.env.items():
             if isinstance(value, Secret):
                 if name not in os.environ:
+                    source = "config map" if isinstance(value, ConfigMapKey) else "secret"
                     self.listener("warn", self.record.stages[stage.name],
-                                  f"env {name} comes from secret {value.name}/{value.key}, "
+                                  f"env {name} comes from {source} {value.name}/{value.key}, "
                                   f"which is not available locally; export {name} to provide it")
                 continue
             env[name] = self._text(value, outputs)

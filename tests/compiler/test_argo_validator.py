@@ -29,9 +29,11 @@ def test_argo_validator_accepts_every_example_in_every_kind(tmp_path: Path) -> N
     for path in sorted((REPO / "examples").glob("*.pipe")):
         pipeline = load_path(path).pipeline
         assert pipeline is not None
-        pipeline = dataclasses.replace(pipeline, schedules=pipeline.schedules or ("0 3 * * *",))
         for kind in ("workflow", "template", "cron"):
-            result = compile_pipeline(pipeline, CompileOptions(kind=kind))
+            # Only a CronWorkflow carries a schedule; another kind with one is P0345.
+            schedules = (pipeline.schedules or ("0 3 * * *",)) if kind == "cron" else ()
+            result = compile_pipeline(dataclasses.replace(pipeline, schedules=schedules),
+                                      CompileOptions(kind=kind))
             assert result.ok
             out = tmp_path / f"{path.stem}-{kind}.yaml"
             out.write_text(to_yaml(result.documents))
@@ -55,3 +57,26 @@ def test_argo_validator_resolves_template_refs_of_a_split_pipeline(tmp_path: Pat
     assert [r.kind for r in results] == ["WorkflowTemplate"] * (len(result.documents) - 1) + [
         "Workflow"]
     assert [r.error for r in results if not r.ok] == []
+
+
+def test_argo_validator_accepts_gitops_output_and_cluster_settings(tmp_path: Path) -> None:
+    """`-o DIR/` output (WorkflowTemplates, CronWorkflows, named Workflows) and every cluster
+    setting, `pod_patch` included, pass Argo's own validation."""
+    from durapipe.cli import main
+    from tests.argo.argo_tools import argo_check
+    from tests.compiler.test_cluster_settings import SETTINGS
+
+    settings = tmp_path / "settings.pipe"
+    settings.write_text(SETTINGS)
+    scheduled = tmp_path / "scheduled.pipe"
+    scheduled.write_text(SETTINGS.replace('pipeline "p" {', 'pipeline "nightly" {\n'
+                                          '  schedule = "0 3 * * *"'))
+    sources = [*(str(p) for p in sorted((REPO / "examples").glob("*.pipe"))), str(settings),
+               str(scheduled)]
+    out = tmp_path / "deploy"
+    assert main(["compile", *sources, "-o", f"{out}/"]) == 0
+    runs = tmp_path / "runs"
+    assert main(["compile", *sources[:-1], "-o", f"{runs}/", "--kind", "workflow"]) == 0
+    results = argo_check([out, runs])
+    assert {r.kind for r in results} == {"WorkflowTemplate", "CronWorkflow", "Workflow"}
+    assert [(r.file, r.error) for r in results if not r.ok] == []

@@ -30,17 +30,18 @@ def test_stdout_is_a_yaml_stream_with_header(capsys: pytest.CaptureFixture[str])
 def test_output_file_and_directory_with_kustomization(tmp_path: Path) -> None:
     single = tmp_path / "all.yaml"
     assert main(["compile", SPOT, GPU, "-o", str(single)]) == 0
-    assert [d["kind"] for d in yaml.safe_load_all(single.read_text())] == [
-        "ConfigMap", "Workflow", "ConfigMap", "Workflow"]
+    docs = list(yaml.safe_load_all(single.read_text()))
+    # The runtime's ConfigMap once per namespace, before the pods that mount it.
+    namespaces = {d["metadata"].get("namespace") for d in docs if d["kind"] == "Workflow"}
+    assert [d["kind"] for d in docs] == ["ConfigMap"] * len(namespaces) + ["Workflow"] * 2
     out = tmp_path / "deploy"
     assert main(["compile", SPOT, GPU, "-o", f"{out}/", "--kind", "template",
                  "--kustomization"]) == 0
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["durapipe-runtime.yaml", "kustomization.yaml", "llm-finetune.yaml",
-                     "spot-training.yaml"]
+    assert files == ["durapipe-runtime.yaml", "kustomization.yaml", "llm-finetune.rbac.yaml",
+                     "llm-finetune.yaml", "spot-training.rbac.yaml", "spot-training.yaml"]
     kust = yaml.safe_load((out / "kustomization.yaml").read_text())
-    assert kust["resources"] == ["durapipe-runtime.yaml", "llm-finetune.yaml",
-                                 "spot-training.yaml"]
+    assert sorted(kust["resources"]) == [f for f in files if f != "kustomization.yaml"]
     # One ConfigMap per namespace, however many pipelines mount it (kustomize refuses twins).
     runtime = list(yaml.safe_load_all((out / "durapipe-runtime.yaml").read_text()))
     assert [d["kind"] for d in runtime] == ["ConfigMap"] * len(

@@ -666,13 +666,18 @@ def test_names_that_argo_reserves_or_forbids_are_prefixed() -> None:
 def test_output_kinds() -> None:
     p = pipeline(stage(), namespace="ml", schedules=("0 3 * * *",), timezone="Europe/Paris",
                  labels={"team": "nlp"})
-    (wf,) = compiled(p).documents
+    once = pipeline(stage(), namespace="ml", labels={"team": "nlp"})
+    (wf,) = compiled(once).documents
     assert wf["kind"] == "Workflow" and wf["metadata"]["generateName"] == "demo-"
     assert wf["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "durapipe",
                                         "durapipe.dev/pipeline": "demo", "team": "nlp"}
-    (tmpl,) = compiled(p, kind="template").documents
+    (tmpl,) = compiled(once, kind="template").documents
     assert tmpl["kind"] == "WorkflowTemplate" and tmpl["metadata"]["name"] == "demo"
-    (cron,) = compiled(p, kind="cron").documents
+    # A schedule implies a CronWorkflow (it used to be dropped into a plain Workflow), and
+    # another kind asked for is P0345 rather than a silent loss.
+    (cron,) = compiled(p).documents
+    assert cron == compiled(p, kind="cron").documents[0]
+    assert codes(p, kind="template") == ["P0345"] and codes(p, kind="workflow") == ["P0345"]
     assert cron["kind"] == "CronWorkflow"
     assert list(cron["spec"])[:3] == ["schedules", "timezone", "concurrencyPolicy"]
     assert cron["spec"]["schedules"] == ["0 3 * * *"]

@@ -3,6 +3,8 @@ passes the strict Argo v4.1.2 validator: user errors are diagnostics, never trac
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -103,6 +105,8 @@ def pipelines(draw: Any) -> Pipeline:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(pipelines(), st.sampled_from(["workflow", "template", "cron"]))
 def test_random_pipelines_compile_to_valid_objects(validator: Any, p: Pipeline, kind: str) -> None:
+    if kind != "cron":  # a schedule with another kind is P0345 (it would be dropped)
+        p = dataclasses.replace(p, schedules=())
     result = compile_pipeline(p, CompileOptions(kind=kind))  # type: ignore[arg-type]
     codes = [d.code for d in result.diagnostics]
     # The only errors a front-end-valid model may still meet here: GPU types the profile lacks.
