@@ -21,6 +21,7 @@ and what is played is described in docs/argo-harness.md.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -168,14 +169,14 @@ class Cluster:
         return proc
 
     def apply(self, docs: Iterable[dict[str, Any]] | str, field_manager: str = "durapipe-e2e",
-              namespace: str | None = None) -> None:
+              namespace: str | None = None, timeout: float = 300) -> None:
         """Server-side apply, as Argo CD does."""
         text = docs if isinstance(docs, str) else yaml.safe_dump_all(list(docs))
         args = ["apply", "--server-side", f"--field-manager={field_manager}",
                 "--force-conflicts", "-f", "-"]
         if namespace:
             args[1:1] = ["-n", namespace]
-        self.kubectl(*args, input=text)
+        self.kubectl(*args, input=text, timeout=timeout)
 
     def _get(self, path: str) -> Any:
         ctx = ssl.create_default_context()
@@ -193,6 +194,9 @@ class Cluster:
         t0 = time.monotonic()
         cluster = cls(state=state, bins=bins or build_binaries())
         cluster.timings["build"] = time.monotonic() - t0
+        # Should the test process end without its fixtures' teardown (an interrupt), still stop
+        # every process (they run in sessions of their own, so no signal reaches them).
+        atexit.register(cluster.stop)
         try:
             cluster._start()
         except BaseException:
@@ -260,8 +264,9 @@ class Cluster:
             "--use-service-account-credentials=false",
         ])
 
-        self.apply(argo_install_docs())
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+        # Argo's full CRDs are 12 MB of schema: on a loaded 2-core machine this takes minutes.
+        self.apply(argo_install_docs(), timeout=900)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                      "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
                      "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
         self.timings["argo-install"] = time.monotonic()
@@ -354,4 +359,18 @@ def argo_install_docs() -> list[dict[str, Any]]:
                 "workflow-controller-configmap":
             doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG}
         docs.append(doc)
+    # Argo's ClusterRole only reads ConfigMaps; memoization writes its cache ConfigMap, so an
+    # operator grants that (docs/lowering.md, Caching) and so does the e2e install.
+    docs += [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "durapipe-memoization"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["create", "update", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "durapipe-memoization"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "durapipe-memoization"},
+         "subjects": [{"kind": "ServiceAccount", "name": "argo",
+                       "namespace": ARGO_NAMESPACE}]},
+    ]
     return docs
