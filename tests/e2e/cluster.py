@@ -264,8 +264,11 @@ class Cluster:
             "--use-service-account-credentials=false",
         ])
 
-        # Argo's full CRDs are 12 MB of schema: on a loaded 2-core machine this takes minutes.
-        self.apply(argo_install_docs(), timeout=900)
+        # Argo's full CRDs are 12 MB of schema: kubectl reads them itself (PyYAML would take a
+        # minute), and the API server takes long to install them on a loaded machine.
+        self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
+                     "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
+        self.apply(argo_install_docs())
         self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                      "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
                      "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
@@ -339,11 +342,15 @@ CONTROLLER_CONFIG: dict[str, str] = {
 }
 
 
+def argo_manifests() -> Path:
+    return argo_source_or_skip(TOOLS / "cluster" / "argo").parent / "manifests"
+
+
 def argo_install_docs() -> list[dict[str, Any]]:
-    """Argo's cluster install from ../shared, less the controller's Deployment (we run the
-    controller as a process) and with the e2e settings in its ConfigMap."""
-    src = argo_source_or_skip(TOOLS / "cluster" / "argo")
-    manifests = src.parent / "manifests" / "cluster-install"
+    """Argo's cluster install from ../shared without its CRDs (applied on their own) and the
+    controller's Deployment (we run the controller as a process), with the e2e settings in its
+    ConfigMap."""
+    manifests = argo_manifests() / "cluster-install-no-crds"
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise ToolError("kubectl is not installed")
