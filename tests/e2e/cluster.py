@@ -292,8 +292,10 @@ class Cluster:
 
         kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
         kwok_home.mkdir(exist_ok=True)
+        stages = st / "kwok-stages.yaml"
+        stages.write_text(kwok_stages())
         kwok = self._spawn("kwok", [
-            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}",
+            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16",
             "--node-ip=127.0.0.1",
@@ -312,6 +314,21 @@ class Cluster:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])
         _wait(f"ServiceAccount default in {name}", lambda: self.kubectl(
             "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0, 60)
+
+
+def kwok_stages() -> str:
+    """KWOK v0.8.0's own `fast` node and pod Stages (it refuses to start without any), read
+    from its module source: nodes become Ready, scheduled pods Running, deleted pods go, and
+    pods of Jobs complete."""
+    go = go_or_skip()
+    mod = subprocess.run([go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+                         cwd=TOOLS / "cluster" / "kwok", capture_output=True, text=True,
+                         check=True, env={**os.environ, "GOFLAGS": "-mod=mod",
+                                          "GOTOOLCHAIN": "local"}).stdout.strip()
+    root = Path(mod) / "kustomize" / "stage"
+    files = [*sorted((root / "node" / "fast").glob("*.yaml")),
+             *sorted((root / "pod" / "fast").glob("*.yaml"))]
+    return "\n---\n".join(f.read_text() for f in files if f.name != "kustomization.yaml")
 
 
 def _base_env() -> dict[str, str]:
