@@ -304,9 +304,9 @@ class Cluster:
         _wait("default ServiceAccount", lambda: self.kubectl(
             "get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
             60)
-        _wait("workflow-controller leader", lambda: "started leading" in wc.log.read_text(
-            errors="replace") or "starting leading" in wc.log.read_text(errors="replace"),
-            60, self._died(wc))
+        # v4.1.2 logs the Lease event "<identity> became leader" once it leads.
+        _wait("workflow-controller leader", lambda: "e2e-controller became leader" in
+              wc.log.read_text(errors="replace"), 60, self._died(wc))
         if kwok.popen.poll() is not None:
             raise ToolError(f"kwok exited:\n{kwok.tail()}")
 
