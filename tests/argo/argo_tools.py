@@ -178,7 +178,7 @@ def build_go_command(tool: str, name: str, package: str,
     def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
         env = _go_env()
         env["GOWORK"] = "off"
-        args = [go, "build", "-trimpath", "-ldflags=-s"]
+        args = [go, "build", "-ldflags=-s"]
         if overlay:
             spec = out_dir / f"{name}.overlay.json"
             spec.write_text(json.dumps({"Replace": {k: str(v) for k, v in overlay.items()}}))

@@ -21,6 +21,7 @@ and what is played is described in docs/argo-harness.md.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -168,14 +169,14 @@ class Cluster:
         return proc
 
     def apply(self, docs: Iterable[dict[str, Any]] | str, field_manager: str = "durapipe-e2e",
-              namespace: str | None = None) -> None:
+              namespace: str | None = None, timeout: float = 300) -> None:
         """Server-side apply, as Argo CD does."""
         text = docs if isinstance(docs, str) else yaml.safe_dump_all(list(docs))
         args = ["apply", "--server-side", f"--field-manager={field_manager}",
                 "--force-conflicts", "-f", "-"]
         if namespace:
             args[1:1] = ["-n", namespace]
-        self.kubectl(*args, input=text)
+        self.kubectl(*args, input=text, timeout=timeout)
 
     def _get(self, path: str) -> Any:
         ctx = ssl.create_default_context()
@@ -193,6 +194,9 @@ class Cluster:
         t0 = time.monotonic()
         cluster = cls(state=state, bins=bins or build_binaries())
         cluster.timings["build"] = time.monotonic() - t0
+        # Should the test process end without its fixtures' teardown (an interrupt), still stop
+        # every process (they run in sessions of their own, so no signal reaches them).
+        atexit.register(cluster.stop)
         try:
             cluster._start()
         except BaseException:
@@ -260,8 +264,12 @@ class Cluster:
             "--use-service-account-credentials=false",
         ])
 
+        # Argo's full CRDs are 12 MB of schema: kubectl reads them itself (PyYAML would take a
+        # minute), and the API server takes long to install them on a loaded machine.
+        self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
+                     "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
         self.apply(argo_install_docs())
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                      "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
                      "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
         self.timings["argo-install"] = time.monotonic()
@@ -284,8 +292,10 @@ class Cluster:
 
         kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
         kwok_home.mkdir(exist_ok=True)
+        stages = st / "kwok-stages.yaml"
+        stages.write_text(kwok_stages())
         kwok = self._spawn("kwok", [
-            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}",
+            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16",
             "--node-ip=127.0.0.1",
@@ -294,9 +304,9 @@ class Cluster:
         _wait("default ServiceAccount", lambda: self.kubectl(
             "get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
             60)
-        _wait("workflow-controller leader", lambda: "started leading" in wc.log.read_text(
-            errors="replace") or "starting leading" in wc.log.read_text(errors="replace"),
-            60, self._died(wc))
+        # v4.1.2 logs the Lease event "<identity> became leader" once it leads.
+        _wait("workflow-controller leader", lambda: "e2e-controller became leader" in
+              wc.log.read_text(errors="replace"), 60, self._died(wc))
         if kwok.popen.poll() is not None:
             raise ToolError(f"kwok exited:\n{kwok.tail()}")
 
@@ -304,6 +314,21 @@ class Cluster:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])
         _wait(f"ServiceAccount default in {name}", lambda: self.kubectl(
             "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0, 60)
+
+
+def kwok_stages() -> str:
+    """KWOK v0.8.0's own `fast` node and pod Stages (it refuses to start without any), read
+    from its module source: nodes become Ready, scheduled pods Running, deleted pods go, and
+    pods of Jobs complete."""
+    go = go_or_skip()
+    mod = subprocess.run([go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+                         cwd=TOOLS / "cluster" / "kwok", capture_output=True, text=True,
+                         check=True, env={**os.environ, "GOFLAGS": "-mod=mod",
+                                          "GOTOOLCHAIN": "local"}).stdout.strip()
+    root = Path(mod) / "kustomize" / "stage"
+    files = [*sorted((root / "node" / "fast").glob("*.yaml")),
+             *sorted((root / "pod" / "fast").glob("*.yaml"))]
+    return "\n---\n".join(f.read_text() for f in files if f.name != "kustomization.yaml")
 
 
 def _base_env() -> dict[str, str]:
@@ -334,11 +359,15 @@ CONTROLLER_CONFIG: dict[str, str] = {
 }
 
 
+def argo_manifests() -> Path:
+    return argo_source_or_skip(TOOLS / "cluster" / "argo").parent / "manifests"
+
+
 def argo_install_docs() -> list[dict[str, Any]]:
-    """Argo's cluster install from ../shared, less the controller's Deployment (we run the
-    controller as a process) and with the e2e settings in its ConfigMap."""
-    src = argo_source_or_skip(TOOLS / "cluster" / "argo")
-    manifests = src.parent / "manifests" / "cluster-install"
+    """Argo's cluster install from ../shared without its CRDs (applied on their own) and the
+    controller's Deployment (we run the controller as a process), with the e2e settings in its
+    ConfigMap."""
+    manifests = argo_manifests() / "cluster-install-no-crds"
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         raise ToolError("kubectl is not installed")
@@ -354,4 +383,18 @@ def argo_install_docs() -> list[dict[str, Any]]:
                 "workflow-controller-configmap":
             doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG}
         docs.append(doc)
+    # Argo's ClusterRole only reads ConfigMaps; memoization writes its cache ConfigMap, so an
+    # operator grants that (docs/lowering.md, Caching) and so does the e2e install.
+    docs += [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "durapipe-memoization"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["create", "update", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "durapipe-memoization"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "durapipe-memoization"},
+         "subjects": [{"kind": "ServiceAccount", "name": "argo",
+                       "namespace": ARGO_NAMESPACE}]},
+    ]
     return docs

@@ -4,7 +4,8 @@ A case names a pipeline (an example, or inline ``source``), the pod fates per st
 more submissions with what each must show. The pipeline is compiled with ``durapipe compile
 --kind template -o DIR/``, every file of DIR is applied with server-side apply, and each
 submission creates a Workflow from the WorkflowTemplate (``workflowTemplateRef``) and waits for it
-on the real clock. Expectations (all optional) per submission:
+on the real clock. A submission may set ``params`` and ``workflow_deadline`` (the Workflow's
+``activeDeadlineSeconds``). Expectations (all optional) per submission:
 
 - ``phase``: the Workflow's final phase;
 - ``min_seconds`` / ``max_seconds``: bounds on its elapsed time (creation to finish);
@@ -45,9 +46,9 @@ class Case:
         return str(self.spec.get("known_fault", ""))
 
 
-def load_cases() -> list[Case]:
+def load_cases(directory: Path = CASES) -> list[Case]:
     return [Case(p.stem, p, tomllib.loads(p.read_text()))
-            for p in sorted(CASES.glob("*.toml")) if p.name != "fleet.toml"]
+            for p in sorted(directory.glob("*.toml")) if p.name != "fleet.toml"]
 
 
 def compile_case(case: Case, out: Path) -> list[dict[str, Any]]:
@@ -119,6 +120,8 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
                            "arguments": {"parameters": [
                                {"name": k, "value": str(v)}
                                for k, v in (sub.get("params") or {}).items()]}}}
+            if "workflow_deadline" in sub:
+                wf["spec"]["activeDeadlineSeconds"] = int(sub["workflow_deadline"])
             name = cluster.kubectl("create", "-f", "-", "-o", "name",
                                    input=yaml.safe_dump(wf)).stdout.strip().split("/")[-1]
         done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
