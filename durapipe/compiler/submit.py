@@ -121,7 +121,10 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
         from durapipe.compiler.cli import _render, compile_file
 
         diagnostics: list[object] = []
-        compile_args = argparse.Namespace(kind=None, argo_version="4.1", runtime_image=None)
+        # A run-once submission: no GitOps layout, and RBAC is the cluster's (the run uses the
+        # namespace's default account unless the pipeline names one).
+        compile_args = argparse.Namespace(kind=None, argo_version="4.1", runtime_image=None,
+                                          gitops=False, no_rbac=True, output=None)
         compiled = compile_file(path, compile_args, diagnostics)
         if diagnostics:
             print(_render(diagnostics, "human"), file=sys.stderr)

@@ -90,7 +90,7 @@ def test_a_running_workflow_reads_as_far_as_it_got() -> None:
 
 def test_rendering_names_every_failed_attempt() -> None:
     text = run_status.render(interpret(load_recorded("spot-preemptions")))
-    assert text.splitlines()[0] == "default/spot-preemptions-run0: Succeeded (2/5)"
+    assert text.splitlines()[0] == "default/spot-preemptions-run0: Succeeded (3/6)"
     assert "train-app-0(2) [attempt 2, 64Gi, A10G]: app_failure (exit 3): exit code 3" in text
     json.dumps(interpret(load_recorded("spot-preemptions")).to_json())
 

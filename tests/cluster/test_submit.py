@@ -116,10 +116,15 @@ def test_api_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_submit_a_pipe_file_compiles_it_into_its_namespace(
         api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     api.routes[("POST", f"{BASE}/ml-training/workflows")] = (201, created)
+    api.routes[("POST", "/api/v1/namespaces/ml-training/configmaps")] = (201, lambda b: b)
     code, out, err = run(capsys, "submit", "examples/prep_train_eval.pipe", "-p", "max_depth=4",
                          "--kubeconfig", str(api.kubeconfig(tmp_path)))
     assert (code, out) == (0, "churn-model-x7k2p\n"), err
-    (_, _, body), = api.requests
+    # The runtime every pod mounts is created first, then the run.
+    (_, cm_path, runtime), (_, _, body) = api.requests
+    assert cm_path.startswith("/api/v1/namespaces/ml-training/configmaps")
+    assert runtime["kind"] == "ConfigMap" and runtime["metadata"]["name"].startswith(
+        "durapipe-runtime-")
     assert body["kind"] == "Workflow" and body["metadata"]["namespace"] == "ml-training"
     params = {p["name"]: p["value"] for p in body["spec"]["arguments"]["parameters"]}
     assert params["max_depth"] == "4" and params["snapshot"] == "2026-11-01"
@@ -140,12 +145,13 @@ def test_submit_compiled_templates_applies_them_then_runs_the_entry(
                  "-o", str(compiled)]) == 0
     api.routes[("POST", f"{BASE}/ml-training/workflowtemplates")] = (201, lambda b: b)
     api.routes[("POST", f"{BASE}/ml-training/workflows")] = (201, created)
+    api.routes[("POST", "/api/v1/namespaces/ml-training/configmaps")] = (201, lambda b: b)
     code, out, err = run(capsys, "submit", str(compiled), "-n", "ml-training",
                          "--kubeconfig", str(api.kubeconfig(tmp_path)))
     assert (code, out) == (0, "churn-model-x7k2p\n"), err
-    methods = [(m, p.split("/")[-1]) for m, p, _ in api.requests]
-    assert methods == [("GET", "churn-model"), ("POST", "workflowtemplates"),
-                       ("POST", "workflows")]
+    methods = [(m, p.split("?")[0].split("/")[-1]) for m, p, _ in api.requests]
+    assert methods == [("POST", "configmaps"), ("GET", "churn-model"),
+                       ("POST", "workflowtemplates"), ("POST", "workflows")]
     assert api.requests[-1][2]["spec"] == {"workflowTemplateRef": {"name": "churn-model"}}
 
 
@@ -182,8 +188,8 @@ def test_watch_follows_events_and_exits_with_the_end_phase(
                          "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "spot-preemptions-run0: Running (2/5)"
-    assert "spot-preemptions-run0: Succeeded (2/5)" in lines
+    assert lines[0] == "spot-preemptions-run0: Running (3/6)"
+    assert "spot-preemptions-run0: Succeeded (3/6)" in lines
     assert "train: Succeeded, attempt 4 success on 64Gi A10G" in lines
     # The 410 made it list again: two GETs of the object, two watches.
     gets = [p for m, p, _ in api.requests if m == "GET" and "watch" not in p]

@@ -259,7 +259,10 @@ class Cluster:
             str(self.bins["kube-controller-manager"]), *common, f"--secure-port={free_port()}",
             "--controllers=serviceaccount-controller,serviceaccount-token-controller,"
             "garbage-collector-controller,job-controller,namespace-controller,"
-            "ttl-after-finished-controller,pod-garbage-collector-controller",
+            "ttl-after-finished-controller,pod-garbage-collector-controller,"
+            # Lifts the not-ready taint the API server puts on every new node (TaintNodesByCondition)
+            # once the node reports Ready, as in any cluster; without it no pod is ever placed.
+            "node-lifecycle-controller",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             "--use-service-account-credentials=false",
         ])

@@ -26,7 +26,7 @@ def node(name: str, profile: str, spot: bool, gpu: str | None = None, gpus: int 
     prof = PROFILES[profile]
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
               "kubernetes.io/arch": "amd64", "type": "kwok", "durapipe.dev/e2e-profile": profile,
-              **(prof.spot_selector if spot else prof.on_demand_selector)}
+              **(prof.spot_selector if spot else ON_DEMAND_LABELS[profile])}
     capacity: dict[str, str] = {"cpu": str(cpu), "memory": memory, "pods": "250",
                                 "ephemeral-storage": "10Ti"}
     if gpu:
@@ -47,6 +47,19 @@ def node(name: str, profile: str, spot: bool, gpu: str | None = None, gpus: int 
                    "nodeInfo": {"kubeletVersion": "v1.35.4-kwok", "architecture": "amd64",
                                 "operatingSystem": "linux"}},
     }
+
+
+#: What each platform puts on an on-demand node: GKE and AKS label only their spot nodes, EKS
+#: managed node groups and Karpenter label both kinds (sources in durapipe/dsl/catalog.py; the
+#: same sets as NODES in tests/compiler/test_argo_controller.py). The compiled on-demand
+#: attempt asks for "not spot", which each of these satisfies.
+ON_DEMAND_LABELS: dict[str, dict[str, str]] = {
+    "gke": {"cloud.google.com/gke-nodepool": "default-pool"},
+    "eks": {"eks.amazonaws.com/capacityType": "ON_DEMAND"},
+    "karpenter": {"karpenter.sh/capacity-type": "on-demand"},
+    "aks": {"kubernetes.azure.com/agentpool": "nodepool1"},
+    "generic": {},
+}
 
 
 def fleet() -> list[dict[str, Any]]:
