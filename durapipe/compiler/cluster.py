@@ -196,6 +196,11 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None) 
     import os
 
     kubernetes = _client_module()
+    # A kubeconfig that says insecure-skip-tls-verify has chosen it; kubectl stays silent then,
+    # and urllib3's warning on every request would bury durapipe's own one-line messages.
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
     config = kubernetes.config
     path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
         "~/.kube/config")
