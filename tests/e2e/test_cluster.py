@@ -82,6 +82,8 @@ def test_listens_on_loopback_only(e2e: E2E) -> None:
         seen[p.name] = addrs
         assert all(_loopback(a) for a in addrs), f"{p.name} listens on {addrs}"
     assert seen["kube-apiserver"] and seen["etcd"], seen
+    # JobSet's webhook server is up, on the loopback port the API server calls.
+    assert f"127.0.0.1:{e2e.cluster.jobset_webhook_port}" in seen["jobset-controller"], seen
 
 
 def test_nodes_follow_the_profiles(e2e: E2E) -> None:
