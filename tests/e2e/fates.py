@@ -9,7 +9,11 @@ is, by rules a scenario gives per stage (``durapipe.dev/stage`` label):
 - ``reclaim_spot``: the first N pods of the stage that run on a spot node are reclaimed as the
   kubelet's graceful node shutdown does it: a ``DisruptionTarget`` condition, ``main`` ends with
   exit 143 and the ``preempted`` verdict, the pod is Failed;
-- ``fail_first``: the first N pods that get past the two rules above exit 1 (an application
+- ``evict_spot``: the next N pods of the stage on a spot node are drained instead: evicted
+  through the Eviction API (the API server adds the ``DisruptionTarget`` condition) and gone, as
+  ``kubectl drain`` before a node's reclaim does it; give the stage ``seconds`` past Argo's
+  10 s "recently started" grace so the controller reads the missing pod as deleted;
+- ``fail_first``: the first N pods that get past the rules above exit 1 (an application
   failure);
 - ``seconds``: how long a pod runs before it ends (default 1 s);
 - otherwise the pod succeeds, exit 0.
@@ -59,6 +63,7 @@ def quantity_bytes(q: str) -> int:
 class Fate:
     need_memory: str | None = None
     reclaim_spot: int = 0
+    evict_spot: int = 0
     fail_first: int = 0
     seconds: float = 1.0
 
@@ -71,7 +76,7 @@ class Event:
     stage: str
     pod: str
     node: str
-    outcome: str  # succeeded, app_failure, oom, reclaimed
+    outcome: str  # succeeded, app_failure, oom, reclaimed, evicted
     memory: str
     at: float
 
@@ -188,6 +193,9 @@ class FateWatcher:
         elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
             counts[(wf, stage, "reclaim")] += 1
             outcome = "reclaimed"
+        elif on_spot and counts[(wf, stage, "evict")] < fate.evict_spot:
+            counts[(wf, stage, "evict")] += 1
+            outcome = "evicted"
         elif counts[(wf, stage, "app")] < fate.fail_first:
             counts[(wf, stage, "app")] += 1
             outcome = "app_failure"
@@ -198,6 +206,9 @@ class FateWatcher:
                                      time.monotonic()))
         if outcome == "reclaimed":
             self._reclaim(pod)
+            return
+        if outcome == "evicted":
+            self._evict(pod)
             return
         exit_code, reason, verdict = {
             "oom": (contract.EXIT_HOST_OOM, "OOMKilled", contract.VERDICT_HOST_OOM),
@@ -250,6 +261,15 @@ class FateWatcher:
                                      "message": "spot instance reclaimed: imminent node shutdown",
                                      "lastTransitionTime": now}])
         self._report(pod, succeeded=False)
+
+    def _evict(self, pod: Any) -> None:
+        """A drain: the Eviction API (no PodDisruptionBudget here) marks the pod with
+        ``DisruptionTarget`` and deletes it; KWOK's pod-delete Stage removes it. Nothing reports
+        for it, as a wait container killed with its node would not."""
+        self.core.create_namespaced_pod_eviction(
+            pod.metadata.name, pod.metadata.namespace,
+            {"apiVersion": "policy/v1", "kind": "Eviction",
+             "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}})
 
     def _report(self, pod: Any, succeeded: bool) -> None:
         """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
