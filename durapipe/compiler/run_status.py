@@ -39,6 +39,8 @@ _PARAM = re.compile(r"\{\{\s*inputs\.parameters\.([-A-Za-z0-9_]+)\s*\}\}")
 _RETRIES = re.compile(r"\{\{\s*retries\s*\}\}")
 _AS_INT_SUM = re.compile(r"^\{\{=\s*(.*?)\s*\}\}$")
 _AS_INT = re.compile(r"^asInt\((.*)\)$")
+#: ``inputs.parameters['preempted-before']``: a name expr cannot write after a dot.
+_QUOTED_PARAM = re.compile(r"^inputs\.parameters\['([-A-Za-z0-9_]+)'\]$")
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,10 @@ def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
     for term in m[1].split("+"):
         inner = _AS_INT.match(term.strip())
         raw = (inner[1] if inner else term).strip()
-        if raw.startswith("inputs.parameters."):
+        quoted = _QUOTED_PARAM.match(raw)
+        if quoted:
+            raw = params.get(quoted[1], "")
+        elif raw.startswith("inputs.parameters."):
             raw = params.get(raw[len("inputs.parameters."):], "")
         elif raw == "retries":
             raw = str(retries)
