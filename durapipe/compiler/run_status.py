@@ -297,7 +297,7 @@ _LEFT_OF_BUDGET = re.compile(r"\{\{=(\d+) - ")
 def _budget_of(limit: object) -> int | None:
     """The stage's preemption budget from a task's ``retryStrategy.limit``."""
     found = _LEFT_OF_BUDGET.match(limit) if isinstance(limit, str) else None
-    return int(found.group(1)) if found else _int(limit)
+    return int(found.group(1)) if found else _int(None if limit is None else str(limit))
 
 
 def _planned(templates: _Templates) -> dict[str, _Planned]:
