@@ -389,9 +389,14 @@ class FateWatcher:
             params = [{"name": p["name"], "value": _json_path(obj, p["valueFrom"]["jsonPath"])}
                       for p in (tmpl.get("outputs") or {}).get("parameters") or []
                       if "jsonPath" in (p.get("valueFrom") or {})]
-        except _ResourceError as exc:
-            self._terminate(pod, 1, "Error", str(exc))
-            self._report(pod, succeeded=False, resource_params=[])
+        except (_ResourceError, ApiException) as exc:  # ApiException: reading the object failed
+            message = str(exc) if isinstance(exc, _ResourceError) else _api_message(exc)
+            try:
+                self._terminate(pod, 1, "Error", message)
+                self._report(pod, succeeded=False, resource_params=[])
+            except ApiException as gone:
+                if gone.status != 404:  # a pod deleted meanwhile (the workflow's cleanup)
+                    raise
             return
         self._terminate(pod, 0, "Completed", "")
         self._report(pod, succeeded=True, resource_params=params)
