@@ -289,33 +289,11 @@ class Cluster:
         installer = threading.Thread(target=self._start_jobset, args=(jobset_start,),
                                      daemon=True)
         installer.start()
-        # Argo's full CRDs are 12 MB of schema: kubectl reads them itself (PyYAML would take a
-        # minute), and the API server takes long to install them on a loaded machine.
-        self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
-                     "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
-        self.apply(argo_install_docs())
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                     "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
-                     "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
-        self.timings["argo-install"] = time.monotonic()
-
-        # The controller runs as its ServiceAccount, so Argo's own RBAC decides what it may do.
-        token = self.kubectl("create", "token", "argo", "-n", ARGO_NAMESPACE,
-                             "--duration=24h").stdout.strip()
-        argo_kc = st / "argo.kubeconfig"
-        argo_kc.write_text(_kubeconfig(self.server, token, ARGO_NAMESPACE))
-        wc_env = _base_env()
-        wc_env.update(LEADER_ELECTION_IDENTITY="e2e-controller",
-                      # Short lease periods: a fresh controller leads within a second or two.
-                      LEADER_ELECTION_LEASE_DURATION="4s", LEADER_ELECTION_RENEW_DEADLINE="3s",
-                      LEADER_ELECTION_RETRY_PERIOD="1s")
-        wc = self._spawn("workflow-controller", [
-            str(self.bins["workflow-controller"]), f"--kubeconfig={argo_kc}",
-            "--configmap=workflow-controller-configmap", "--loglevel=info",
-            "--workflow-workers=8", "--qps=200", "--burst=400",
-        ], env=wc_env)
-
-        installer.join()
+        try:
+            wc = self._start_argo()
+        finally:
+            # Before any stop(): a controller the thread spawned later would outlive it.
+            installer.join()
         if "error" in jobset_start:
             raise jobset_start["error"]
         jobset: Proc = jobset_start["proc"]
@@ -349,6 +327,36 @@ class Cluster:
               jobset.log.read_text(errors="replace").lower(), 60, self._died(jobset))
         self.timings["jobset-ready"] = time.monotonic()
 
+    def _start_argo(self) -> Proc:
+        """Argo's CRDs and install, then its workflow-controller as a process."""
+        st = self.state
+        # Argo's full CRDs are 12 MB of schema: kubectl reads them itself (PyYAML would take a
+        # minute), and the API server takes long to install them on a loaded machine.
+        self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
+                     "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
+        self.apply(argo_install_docs())
+        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
+                     "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
+                     "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
+        self.timings["argo-install"] = time.monotonic()
+
+        # The controller runs as its ServiceAccount, so Argo's own RBAC decides what it may do.
+        token = self.kubectl("create", "token", "argo", "-n", ARGO_NAMESPACE,
+                             "--duration=24h").stdout.strip()
+        argo_kc = st / "argo.kubeconfig"
+        argo_kc.write_text(_kubeconfig(self.server, token, ARGO_NAMESPACE))
+        wc_env = _base_env()
+        wc_env.update(LEADER_ELECTION_IDENTITY="e2e-controller",
+                      # Short lease periods: a fresh controller leads within a second or two.
+                      LEADER_ELECTION_LEASE_DURATION="4s", LEADER_ELECTION_RENEW_DEADLINE="3s",
+                      LEADER_ELECTION_RETRY_PERIOD="1s")
+        wc = self._spawn("workflow-controller", [
+            str(self.bins["workflow-controller"]), f"--kubeconfig={argo_kc}",
+            "--configmap=workflow-controller-configmap", "--loglevel=info",
+            "--workflow-workers=8", "--qps=200", "--burst=400",
+        ], env=wc_env)
+        return wc
+
     def _start_jobset(self, out: dict[str, Any]) -> None:
         """JobSet's CRD, RBAC and webhook configurations, then its controller as a process.
 
@@ -371,8 +379,12 @@ class Cluster:
         self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
                      "--force-conflicts", "-f", str(jobset_crd()), "-f", "-",
                      input=yaml.safe_dump_all(docs), timeout=300)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/jobsets.jobset.x-k8s.io")
+        # Not `kubectl wait`: read just after the apply, the CRD may have no conditions yet,
+        # and kubectl then fails ("status.conditions accessor error") instead of waiting.
+        _wait("JobSet's CRD established", lambda: self.kubectl(
+            "get", "crd", "jobsets.jobset.x-k8s.io", "-o",
+            'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+            check=False).stdout.strip() == "True", 60)
         token = self.kubectl("create", "token", JOBSET_ACCOUNT, "-n", JOBSET_NAMESPACE,
                              "--duration=24h").stdout.strip()
         kc = st / "jobset.kubeconfig"
