@@ -80,3 +80,23 @@ def test_fmt_rewrites_in_place_and_check_reports_drift(tmp_path: Path,
     assert path.read_text() == ('pipeline "x" {}\n\nstage "a" {\n  image   = "i"  # the image\n'
                                 '  command = ["true"]\n}\n')
     assert main(["fmt", "--check", str(path)]) == 0
+
+
+def test_compile_to_a_fifo_writes_through_it_and_leaves_it_a_fifo(tmp_path: Path) -> None:
+    """`-o /dev/null` (tests/test_layering.py) renamed a temporary file onto the device:
+    run as root, /dev/null became a regular file and broke every other process on the
+    machine. A special file is written in place; a FIFO shows it without touching /dev."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.yaml"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert main(["compile", str(ROOT / "examples" / "prep_train_eval.pipe"), "-o", str(fifo)]) == 0
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got and b"kind: Workflow" in got[0]
+    assert not list(tmp_path.glob(".durapipe-*"))

@@ -308,6 +308,12 @@ def run(args: argparse.Namespace) -> int:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write-then-rename, so that a reader (or an interrupted run) never sees half a file."""
+    if path.exists() and not path.is_file():
+        # A device or pipe (`-o /dev/null`) is written through: renaming a file onto it
+        # replaces the device itself (run as root, /dev/null became a regular file).
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -2,8 +2,9 @@
 
 ``Cluster.start(state_dir)`` builds (or reuses, see ``tests/argo/argo_tools.py``) etcd,
 kube-apiserver, kube-scheduler, kube-controller-manager (``tools/cluster/k8s``), Argo v4.1.2's
-workflow-controller (``tools/cluster/argo``, from ``../shared``) and KWOK (``tools/cluster/kwok``),
-and starts them with free ports and all state under ``state_dir``:
+workflow-controller (``tools/cluster/argo``, from ``../shared``), JobSet v0.12.0's controller
+(``tools/cluster/jobset``, from ``../shared``) and KWOK (``tools/cluster/kwok``), and starts them
+with free ports and all state under ``state_dir``:
 
 - etcd, plain HTTP on 127.0.0.1;
 - kube-apiserver with a token file (one admin token in ``system:masters``), RBAC, service-account
@@ -13,7 +14,11 @@ and starts them with free ports and all state under ``state_dir``:
 - Argo's CRDs, RBAC, ServiceAccount and ConfigMap from ``../shared/argo/v4.1.2/manifests``
   (applied server-side), and the workflow-controller authenticated as its own ``argo``
   ServiceAccount (a TokenRequest token), so Argo's RBAC is what grants it access;
-- KWOK, playing the kubelets of the fake nodes (``nodes.py``) with its default Stages.
+- JobSet's CRD, RBAC and webhook configurations (its ``config/components``, the webhooks
+  pointed at ``https://127.0.0.1:<port>`` with a CA made by openssl), and its controller as its
+  own ServiceAccount, leader election on a Lease, metrics off, health on 127.0.0.1;
+- KWOK, playing the kubelets of the fake nodes (``nodes.py``) with its default Stages but the
+  one that completes every Job's pod at once.
 
 ``stop()`` ends every process it started (SIGTERM, then SIGKILL) and waits for each. What is real
 and what is played is described in docs/argo-harness.md.
@@ -29,6 +34,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from argo.argo_tools import ToolError, argo_source_or_skip, build_go_command, go_or_skip
@@ -55,9 +62,14 @@ COMMANDS: dict[str, dict[str, str]] = {
     "cluster/argo": {
         "workflow-controller": "github.com/argoproj/argo-workflows/v4/cmd/workflow-controller",
     },
+    "cluster/jobset": {"jobset-controller": "sigs.k8s.io/jobset"},
 }
 ADMIN_TOKEN = "durapipe-e2e-admin"
 ARGO_NAMESPACE = "argo"
+JOBSET_NAMESPACE = "jobset-system"
+#: The ServiceAccount JobSet's config/ runs its manager as (``controller-manager`` there, with
+#: the ``jobset-`` name prefix of its release manifests).
+JOBSET_ACCOUNT = "jobset-controller-manager"
 
 
 def build_binaries() -> dict[str, Path]:
@@ -65,6 +77,7 @@ def build_binaries() -> dict[str, Path]:
     go_or_skip()
     argo_dir = TOOLS / "cluster" / "argo"
     argo_src = argo_source_or_skip(argo_dir)
+    jobset_source_or_skip()
     loopback = argo_dir / "loopback" / "zz_durapipe_loopback.go"
     overlay = {str(argo_src / "cmd" / "workflow-controller" / loopback.name): loopback}
     out: dict[str, Path] = {}
@@ -118,6 +131,8 @@ class Cluster:
     api_port: int = 0
     kubeconfig: Path = Path()
     timings: dict[str, float] = field(default_factory=dict)
+    jobset_webhook_port: int = 0
+    jobset_health_port: int = 0
 
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -197,6 +212,7 @@ class Cluster:
         # Should the test process end without its fixtures' teardown (an interrupt), still stop
         # every process (they run in sessions of their own, so no signal reaches them).
         atexit.register(cluster.stop)
+        cluster.timings["t0"] = time.monotonic()  # the other absolute marks count from here
         try:
             cluster._start()
         except BaseException:
@@ -267,6 +283,53 @@ class Cluster:
             "--use-service-account-credentials=false",
         ])
 
+        # JobSet's install runs beside Argo's (its CRD, RBAC and webhooks are independent of
+        # Argo's, and the API server is mostly waiting on Argo's 12 MB of CRD schema).
+        jobset_start: dict[str, Any] = {}
+        installer = threading.Thread(target=self._start_jobset, args=(jobset_start,),
+                                     daemon=True)
+        installer.start()
+        try:
+            wc = self._start_argo()
+        finally:
+            # Before any stop(): a controller the thread spawned later would outlive it.
+            installer.join()
+        if "error" in jobset_start:
+            raise jobset_start["error"]
+        jobset: Proc = jobset_start["proc"]
+
+        kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
+        kwok_home.mkdir(exist_ok=True)
+        stages = st / "kwok-stages.yaml"
+        stages.write_text(kwok_stages())
+        kwok = self._spawn("kwok", [
+            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16",
+            "--node-ip=127.0.0.1",
+        ], env={**_base_env(), "HOME": str(kwok_home)})
+
+        _wait("default ServiceAccount", lambda: self.kubectl(
+            "get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+            60)
+        # v4.1.2 logs the Lease event "<identity> became leader" once it leads.
+        _wait("workflow-controller leader", lambda: "e2e-controller became leader" in
+              wc.log.read_text(errors="replace"), 60, self._died(wc))
+        if kwok.popen.poll() is not None:
+            raise ToolError(f"kwok exited:\n{kwok.tail()}")
+        # Ready once its webhook server serves (JobSet's own readyz check); leading once it
+        # holds its Lease, after which its controllers reconcile.
+        _wait("jobset-controller webhook", lambda: urllib.request.urlopen(
+            f"http://127.0.0.1:{self.jobset_health_port}/readyz", timeout=2).status == 200, 60,
+            self._died(jobset))
+        # client-go logs `"Successfully acquired lease" lock="jobset-system/jobset-e2e"`.
+        _wait("jobset-controller leader", lambda: "successfully acquired lease" in
+              jobset.log.read_text(errors="replace").lower(), 60, self._died(jobset))
+        self.timings["jobset-ready"] = time.monotonic()
+
+    def _start_argo(self) -> Proc:
+        """Argo's CRDs and install, then its workflow-controller as a process."""
+        st = self.state
         # Argo's full CRDs are 12 MB of schema: kubectl reads them itself (PyYAML would take a
         # minute), and the API server takes long to install them on a loaded machine.
         self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
@@ -292,26 +355,59 @@ class Cluster:
             "--configmap=workflow-controller-configmap", "--loglevel=info",
             "--workflow-workers=8", "--qps=200", "--burst=400",
         ], env=wc_env)
+        return wc
 
-        kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
-        kwok_home.mkdir(exist_ok=True)
-        stages = st / "kwok-stages.yaml"
-        stages.write_text(kwok_stages())
-        kwok = self._spawn("kwok", [
-            str(self.bins["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16",
-            "--node-ip=127.0.0.1",
-        ], env={**_base_env(), "HOME": str(kwok_home)})
+    def _start_jobset(self, out: dict[str, Any]) -> None:
+        """JobSet's CRD, RBAC and webhook configurations, then its controller as a process.
 
-        _wait("default ServiceAccount", lambda: self.kubectl(
-            "get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
-            60)
-        # v4.1.2 logs the Lease event "<identity> became leader" once it leads.
-        _wait("workflow-controller leader", lambda: "e2e-controller became leader" in
-              wc.log.read_text(errors="replace"), 60, self._died(wc))
-        if kwok.popen.poll() is not None:
-            raise ToolError(f"kwok exited:\n{kwok.tail()}")
+        The webhooks are JobSet's own (config/components/webhook) with the Service they name
+        replaced by a URL on 127.0.0.1 and a CA the API server trusts (``caBundle``); the
+        controller serves them with a certificate made here by openssl, since its internal
+        certificate manager would write a Secret for a Service no pod backs."""
+        try:
+            out["proc"] = self._install_and_spawn_jobset()
+        except BaseException as exc:  # re-raised by _start in its own thread
+            out["error"] = exc
+
+    def _install_and_spawn_jobset(self) -> Proc:
+        st = self.state
+        t0 = time.monotonic()
+        pki = st / "jobset-pki"
+        ca_pem = _webhook_certs(pki)
+        self.jobset_webhook_port, self.jobset_health_port = free_port(), free_port()
+        docs = jobset_install_docs(f"https://127.0.0.1:{self.jobset_webhook_port}", ca_pem)
+        self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
+                     "--force-conflicts", "-f", str(jobset_crd()), "-f", "-",
+                     input=yaml.safe_dump_all(docs), timeout=300)
+        # Not `kubectl wait`: read just after the apply, the CRD may have no conditions yet,
+        # and kubectl then fails ("status.conditions accessor error") instead of waiting.
+        _wait("JobSet's CRD established", lambda: self.kubectl(
+            "get", "crd", "jobsets.jobset.x-k8s.io", "-o",
+            'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+            check=False).stdout.strip() == "True", 60)
+        token = self.kubectl("create", "token", JOBSET_ACCOUNT, "-n", JOBSET_NAMESPACE,
+                             "--duration=24h").stdout.strip()
+        kc = st / "jobset.kubeconfig"
+        kc.write_text(_kubeconfig(self.server, token, JOBSET_NAMESPACE))
+        cfg = st / "jobset-config.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            # Out of cluster the lease needs its namespace named; short periods as for Argo.
+            "leaderElection": {"leaderElect": True, "resourceNamespace": JOBSET_NAMESPACE,
+                               "resourceName": "jobset-e2e", "leaseDuration": "4s",
+                               "renewDeadline": "3s", "retryPeriod": "1s"},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": self.jobset_webhook_port,
+                        "certDir": str(pki)},
+            # "0" turns the metrics server off (its default listens on :8443, every interface).
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset_health_port}"},
+        }))
+        self.timings["jobset-install"] = time.monotonic() - t0
+        return self._spawn("jobset-controller", [
+            str(self.bins["jobset-controller"]), f"--kubeconfig={kc}", f"--config={cfg}",
+            "--zap-devel=false", "--zap-log-level=info",
+        ], env={**_base_env(), "KUBECONFIG": str(kc)})
 
     def ensure_namespace(self, name: str) -> None:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])
@@ -321,8 +417,9 @@ class Cluster:
 
 def kwok_stages() -> str:
     """KWOK v0.8.0's own `fast` node and pod Stages (it refuses to start without any), read
-    from its module source: nodes become Ready, scheduled pods Running, deleted pods go, and
-    pods of Jobs complete."""
+    from its module source: nodes become Ready, scheduled pods Running, deleted pods go. Not
+    its `pod-complete`, which ends every pod a Job owns at once with exit 0: a JobSet's pods
+    end by the rules of fates.py like every other pod."""
     go = go_or_skip()
     mod = subprocess.run([go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
                          cwd=TOOLS / "cluster" / "kwok", capture_output=True, text=True,
@@ -331,7 +428,8 @@ def kwok_stages() -> str:
     root = Path(mod) / "kustomize" / "stage"
     files = [*sorted((root / "node" / "fast").glob("*.yaml")),
              *sorted((root / "pod" / "fast").glob("*.yaml"))]
-    return "\n---\n".join(f.read_text() for f in files if f.name != "kustomization.yaml")
+    return "\n---\n".join(f.read_text() for f in files
+                          if f.name not in ("kustomization.yaml", "pod-complete.yaml"))
 
 
 def _base_env() -> dict[str, str]:
@@ -400,4 +498,77 @@ def argo_install_docs() -> list[dict[str, Any]]:
          "subjects": [{"kind": "ServiceAccount", "name": "argo",
                        "namespace": ARGO_NAMESPACE}]},
     ]
+    return docs
+
+
+def jobset_source_or_skip() -> Path:
+    """JobSet v0.12.0's module source, which tools/cluster/jobset's go.mod replaces JobSet with
+    (the CRD beside it is the one installed)."""
+    go_mod = (TOOLS / "cluster" / "jobset" / "go.mod").read_text()
+    for line in go_mod.splitlines():
+        parts = line.split()
+        if parts[:3] == ["replace", "sigs.k8s.io/jobset", "=>"]:
+            src = (TOOLS / "cluster" / "jobset" / parts[3]).resolve()
+            if not (src / "go.mod").is_file():
+                pytest.skip(f"JobSet's v0.12.0 source is not at {src} (../shared is absent); "
+                            f"the e2e JobSet controller builds from it")
+            return src
+    raise ToolError("tools/cluster/jobset/go.mod does not replace sigs.k8s.io/jobset")
+
+
+def jobset_crd() -> Path:
+    return jobset_source_or_skip().parent / "jobset.x-k8s.io_jobsets.yaml"
+
+
+def _webhook_certs(pki: Path) -> str:
+    """A CA and a serving certificate for 127.0.0.1 (tls.crt/tls.key, the names
+    controller-runtime's webhook server reads); returns the CA in PEM for the caBundle."""
+    pki.mkdir(parents=True, exist_ok=True)
+
+    def ssl_(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
+
+    ssl_("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+         "-days", "2", "-subj", "/CN=durapipe-e2e-jobset-webhook-ca")
+    ssl_("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
+         "-subj", "/CN=127.0.0.1")
+    (pki / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n"
+                                 "extendedKeyUsage=serverAuth\n")
+    ssl_("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+         "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "san.ext")
+    return (pki / "ca.crt").read_text()
+
+
+def jobset_install_docs(webhook_url: str, ca_pem: str) -> list[dict[str, Any]]:
+    """JobSet's RBAC and webhook configurations from its config/components (kustomized), as
+    its release names them (namespace ``jobset-system``, names prefixed ``jobset-``), without
+    the webhook Service: each webhook calls ``webhook_url`` + its path, trusting ``ca_pem``."""
+    import base64
+
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise ToolError("kubectl is not installed")
+    components = jobset_source_or_skip() / "config" / "components"
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOBSET_NAMESPACE}}]
+    ca = base64.b64encode(ca_pem.encode()).decode()
+    for part in ("rbac", "webhook"):
+        text = subprocess.run([kubectl, "kustomize", str(components / part)],
+                              capture_output=True, text=True, check=True).stdout
+        for doc in yaml.safe_load_all(text):
+            if not doc or doc["kind"] == "Service":
+                continue
+            meta = doc["metadata"]
+            meta["name"] = "jobset-" + meta["name"]
+            if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+                meta["namespace"] = JOBSET_NAMESPACE  # as its release's kustomization sets it
+            if "roleRef" in doc:
+                doc["roleRef"]["name"] = "jobset-" + doc["roleRef"]["name"]
+            for subject in doc.get("subjects") or []:
+                subject["name"] = "jobset-" + subject["name"]
+                subject["namespace"] = JOBSET_NAMESPACE
+            for hook in doc.get("webhooks") or []:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": webhook_url + path, "caBundle": ca}
+            docs.append(doc)
     return docs

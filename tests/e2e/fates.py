@@ -25,6 +25,22 @@ pod's ``WorkflowTaskResult`` (named after the pod's node id, owned by the Workfl
 (``ARGO_TEMPLATE``) declares: a parameter read from a path gets a content hash of what the pod
 ran (its command line), so a changed parameter changes it; a failed pod reports each parameter's
 ``valueFrom.default`` instead. Counting is per workflow and stage.
+
+Two more kinds of pod, for multi-node stages:
+
+- a **resource template's** pod (``argoexec resource``): the watcher does what that executor
+  does: it creates the template's manifest as the pod's ServiceAccount (so RBAC and admission
+  webhooks, JobSet's included, judge it), polls the object until ``successCondition`` or
+  ``failureCondition`` holds, reports the ``jsonPath`` output parameters in the
+  ``WorkflowTaskResult`` and ends the pod (a refused create or the failure condition: exit 1,
+  the error as termination message, as argoexec writes it);
+- a **JobSet's** pod (label ``jobset.sigs.k8s.io/jobset-name``, no Argo label, no
+  ``WorkflowTaskResult``): the rules count restart attempts (the pod's
+  ``jobset.sigs.k8s.io/restart-attempt``), not pods. In the first ``preempt_first`` attempts,
+  then the next ``fail_first``, the pod of completion index 0 is preempted (``Failed`` with a
+  ``DisruptionTarget`` condition, exit 143, as the kubelet reports a node shutdown) or exits 1;
+  the other pods of such an attempt stay Running, as torchrun peers waiting for a lost rank do,
+  until the Job controller ends them. Every pod of a later attempt succeeds.
 """
 
 from __future__ import annotations
@@ -39,6 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import yaml
 from kubernetes import client, config, watch  # type: ignore[import-untyped]
 from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
 
@@ -46,6 +63,11 @@ from durapipe.runtime import contract
 from durapipe.runtime.wrapper import verdict_line
 
 WF_LABEL = "workflows.argoproj.io/workflow"
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+#: How often the played ``argoexec resource`` reads the object it waits on.
+RESOURCE_POLL_S = 1.0
 NODE_ID = "workflows.argoproj.io/node-id"
 STAGE_LABEL = "durapipe.dev/stage"
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
@@ -66,6 +88,7 @@ class Fate:
     evict_spot: int = 0
     fail_first: int = 0
     seconds: float = 1.0
+    preempt_first: int = 0  # JobSet pods: the first N restart attempts lose rank 0 to preemption
 
 
 @dataclass
@@ -76,9 +99,10 @@ class Event:
     stage: str
     pod: str
     node: str
-    outcome: str  # succeeded, app_failure, oom, reclaimed, evicted
+    outcome: str  # succeeded, app_failure, oom, reclaimed, evicted, preempted
     memory: str
     at: float
+    attempt: str = ""  # a JobSet pod's restart attempt
 
 
 @dataclass
@@ -94,12 +118,15 @@ class FateWatcher:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _seq: int = 0
+    #: (workflow, stage) -> the final status of the object a resource template waited on
+    resources: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def start(self) -> None:
         api_client = config.new_client_from_config(self.kubeconfig)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        for target in (self._watch, self._finisher):
+        self.server = api_client.configuration.host
+        for target in (self._watch, self._watch_jobset_pods, self._finisher):
             t = threading.Thread(target=target, daemon=True)
             t.start()
             self._threads.append(t)
@@ -123,15 +150,18 @@ class FateWatcher:
             return [e for e in self.events if e.workflow == workflow]
 
     # -- threads --------------------------------------------------------------------------------
-    def _watch(self) -> None:
+    def _watch_jobset_pods(self) -> None:
+        self._watch(JOBSET_LABEL)
+
+    def _watch(self, selector: str = WF_LABEL) -> None:
         while not self._stop.is_set():
             try:
-                pods = self.core.list_pod_for_all_namespaces(label_selector=WF_LABEL)
+                pods = self.core.list_pod_for_all_namespaces(label_selector=selector)
                 for pod in pods.items:
                     self._consider(pod)
                 w = watch.Watch()
                 for ev in w.stream(self.core.list_pod_for_all_namespaces,
-                                   label_selector=WF_LABEL, timeout_seconds=30,
+                                   label_selector=selector, timeout_seconds=30,
                                    resource_version=pods.metadata.resource_version):
                     if self._stop.is_set():
                         w.stop()
@@ -148,8 +178,7 @@ class FateWatcher:
             if key in self._seen:
                 return
             self._seen.add(key)
-            fate = self.fate_for(pod.metadata.labels.get(WF_LABEL, ""),
-                                 (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
+            fate = self.fate_for(_workflow(pod), (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
             self._seq += 1
             heapq.heappush(self._heap, (time.monotonic() + fate.seconds, self._seq,
                                         pod.metadata.namespace, pod.metadata.name, key))
@@ -176,6 +205,12 @@ class FateWatcher:
         pod = self.core.read_namespaced_pod(name, ns)
         if (pod.metadata.uid != uid or pod.status.phase != "Running"
                 or pod.metadata.deletion_timestamp is not None):
+            return
+        if JOBSET_LABEL in (pod.metadata.labels or {}):
+            self._finish_jobset_pod(pod)
+            return
+        if "resource" in _template(pod):
+            threading.Thread(target=self._play_resource, args=(pod,), daemon=True).start()
             return
         wf = pod.metadata.labels[WF_LABEL]
         stage = pod.metadata.labels.get(STAGE_LABEL, "")
@@ -252,15 +287,19 @@ class FateWatcher:
         Failed. The pod is not deleted: Argo re-creates a pod deleted while its node still reads
         Pending (operator.go, "Workflow pod is missing"), so deleting a pod that ran a second
         would test the watcher's timing, not the lowering."""
+        self._node_shutdown(pod, "spot instance reclaimed: imminent node shutdown")
+        self._report(pod, succeeded=False)
+
+    def _node_shutdown(self, pod: Any, why: str) -> None:
+        """The pod's end in a graceful node shutdown, in one status write (the Job controller
+        must never see the failure without its condition)."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self._terminate(pod, contract.EXIT_PREEMPTED, "Error",
                         verdict_line(contract.VERDICT_PREEMPTED,
                                      {"exit_code": contract.EXIT_PREEMPTED}),
                         conditions=[{"type": "DisruptionTarget", "status": "True",
-                                     "reason": "TerminationByKubelet",
-                                     "message": "spot instance reclaimed: imminent node shutdown",
+                                     "reason": "TerminationByKubelet", "message": why,
                                      "lastTransitionTime": now}])
-        self._report(pod, succeeded=False)
 
     def _evict(self, pod: Any) -> None:
         """A drain: the Eviction API (no PodDisruptionBudget here) marks the pod with
@@ -271,13 +310,15 @@ class FateWatcher:
             {"apiVersion": "policy/v1", "kind": "Eviction",
              "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}})
 
-    def _report(self, pod: Any, succeeded: bool) -> None:
+    def _report(self, pod: Any, succeeded: bool,
+                resource_params: list[dict[str, str]] | None = None) -> None:
         """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
         tmpl = _template(pod)
         outputs: dict[str, Any] = {}
         command = json.dumps(next(c for c in pod.spec.containers if c.name == "main").command)
-        params = []
-        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+        params = list(resource_params or [])
+        for p in [] if resource_params is not None else \
+                (tmpl.get("outputs") or {}).get("parameters") or []:
             vf = p.get("valueFrom") or {}
             if succeeded and "path" in vf:
                 digest = hashlib.sha256(f"{p['name']}\0{command}".encode()).hexdigest()
@@ -313,6 +354,141 @@ class FateWatcher:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+    # -- multi-node stages: argoexec's resource template and the JobSet's pods -------------------
+    def _play_resource(self, pod: Any) -> None:
+        """What ``argoexec resource create`` does, as the pod's ServiceAccount."""
+        tmpl = _template(pod)
+        res = tmpl["resource"]
+        ns, wf = pod.metadata.namespace, pod.metadata.labels[WF_LABEL]
+        stage = (pod.metadata.labels or {}).get(STAGE_LABEL, "")
+        manifest = yaml.safe_load(res["manifest"])
+        try:
+            if res.get("action") != "create":
+                raise _ResourceError(f"the e2e executor plays action create only, not "
+                                     f"{res.get('action')!r}")
+            api = self._dynamic_as(pod)
+            kind = api.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+            try:
+                obj = kind.create(body=manifest, namespace=ns).to_dict()
+            except ApiException as exc:  # refused by RBAC, schema or an admission webhook
+                raise _ResourceError(_api_message(exc)) from exc
+            name = obj["metadata"]["name"]
+            while not self._stop.is_set():
+                obj = kind.get(name=name, namespace=ns).to_dict()
+                if _condition_holds(res.get("failureCondition", ""), obj):
+                    self.resources[(wf, stage)] = obj.get("status") or {}
+                    raise _ResourceError(
+                        f"failure condition '{res['failureCondition']}' evaluated true")
+                if _condition_holds(res.get("successCondition", ""), obj):
+                    break
+                time.sleep(RESOURCE_POLL_S)
+            else:
+                return
+            self.resources[(wf, stage)] = obj.get("status") or {}
+            params = [{"name": p["name"], "value": _json_path(obj, p["valueFrom"]["jsonPath"])}
+                      for p in (tmpl.get("outputs") or {}).get("parameters") or []
+                      if "jsonPath" in (p.get("valueFrom") or {})]
+        except (_ResourceError, ApiException) as exc:  # ApiException: reading the object failed
+            message = str(exc) if isinstance(exc, _ResourceError) else _api_message(exc)
+            try:
+                self._terminate(pod, 1, "Error", message)
+                self._report(pod, succeeded=False, resource_params=[])
+            except ApiException as gone:
+                if gone.status != 404:  # a pod deleted meanwhile (the workflow's cleanup)
+                    raise
+            return
+        self._terminate(pod, 0, "Completed", "")
+        self._report(pod, succeeded=True, resource_params=params)
+
+    def _dynamic_as(self, pod: Any) -> Any:
+        """A client authenticated as the pod's ServiceAccount (a TokenRequest token)."""
+        from kubernetes import dynamic
+
+        account = pod.spec.service_account_name or "default"
+        token = self.core.create_namespaced_service_account_token(
+            account, pod.metadata.namespace, client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+        ).status.token
+        cfg = client.Configuration()
+        cfg.host = self.server
+        cfg.verify_ssl = False
+        cfg.api_key = {"authorization": f"Bearer {token}"}
+        return dynamic.DynamicClient(client.ApiClient(cfg))
+
+    def _finish_jobset_pod(self, pod: Any) -> None:
+        wf, stage = _workflow(pod), pod.metadata.labels.get(STAGE_LABEL, "")
+        fate = self.fate_for(wf, stage)
+        annotations = pod.metadata.annotations or {}
+        attempt = int(annotations.get(RESTART_ATTEMPT, "0"))
+        if attempt < fate.preempt_first:
+            outcome = "preempted"
+        elif attempt < fate.preempt_first + fate.fail_first:
+            outcome = "app_failure"
+        else:
+            outcome = "succeeded"
+        if outcome != "succeeded" and annotations.get(COMPLETION_INDEX) != "0":
+            return  # a peer of the lost rank: Running until the Job controller ends it
+        main = next(c for c in pod.spec.containers if c.name == "main")
+        memory = ((main.resources.limits or {}) if main.resources else {}).get("memory", "")
+        with self._lock:
+            self.events.append(Event(wf, stage, pod.metadata.name, pod.spec.node_name, outcome,
+                                     memory, time.monotonic(), str(attempt)))
+        if outcome == "preempted":  # a preemption or host maintenance: the node shuts down
+            self._node_shutdown(pod, "Pod was terminated in response to imminent node shutdown.")
+            return
+        exit_code, reason, verdict = {
+            "app_failure": (contract.EXIT_APP_FAILURE, "Error", contract.VERDICT_APP_FAILURE),
+            "succeeded": (contract.EXIT_SUCCESS, "Completed", contract.VERDICT_SUCCESS),
+        }[outcome]
+        self._terminate(pod, exit_code, reason, verdict_line(verdict, {"exit_code": exit_code}))
+
+
+class _ResourceError(Exception):
+    """Why the played ``argoexec resource`` failed: the pod's termination message."""
+
+
+def _workflow(pod: Any) -> str:
+    """The workflow a pod belongs to: Argo's label, or for a JobSet's pod the run id the
+    compiled manifest passes (``DURAPIPE_RUN_ID``, substituted by Argo)."""
+    labels = pod.metadata.labels or {}
+    if WF_LABEL in labels:
+        return str(labels[WF_LABEL])
+    main = next((c for c in pod.spec.containers if c.name == "main"), None)
+    for env in (main.env or []) if main else []:
+        if env.name == contract.ENV_RUN_ID and env.value:
+            return str(env.value)
+    return ""
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        return str(json.loads(exc.body)["message"])
+    except (ValueError, KeyError, TypeError):
+        return str(exc)
+
+
+def _json_path(obj: dict[str, Any], path: str) -> str:
+    """``{.a.b}``, the only JSONPath the compiler writes (a resource's own fields)."""
+    inner = path.strip()
+    if not (inner.startswith("{.") and inner.endswith("}")):
+        raise _ResourceError(f"the e2e executor reads {{.a.b}} JSONPaths only, not {path!r}")
+    value: Any = obj
+    for key in inner[2:-1].split("."):
+        value = (value or {}).get(key, "") if isinstance(value, dict) else ""
+    return str(value)
+
+
+def _condition_holds(condition: str, obj: dict[str, Any]) -> bool:
+    """A resource condition of the ``path == value`` form the compiler writes (argoexec reads
+    them as label selectors over the object's JSON)."""
+    if not condition:
+        return False
+    path, op, want = condition.partition("==")
+    if not op or "," in condition:
+        raise _ResourceError(f"the e2e executor reads `path == value` conditions only, "
+                             f"not {condition!r}")
+    return _json_path(obj, "{." + path.strip() + "}") == want.strip()
 
 
 def _template(pod: Any) -> dict[str, Any]:

@@ -13,7 +13,11 @@ on the real clock. A submission may set ``params`` and ``workflow_deadline`` (th
   ``app_failure``, ``reclaimed``);
 - ``memory.<stage>``: the ``main`` memory limit of each of its pods in order;
 - ``nodes.<stage>``: the node each of its pods ran on, in order;
-- ``cache_hits`` / ``cache_misses``: stages whose memoized node was (not) a hit.
+- ``cache_hits`` / ``cache_misses``: stages whose memoized node was (not) a hit;
+- ``restart_attempts.<stage>``: a JobSet's pods' restart attempts, in the order they ended;
+- ``nodes_distinct.<stage>``: how many nodes that stage's pods ran on;
+- ``jobset.<stage>``: fields of the JobSet's final ``status`` (``terminalState``, ``restarts``,
+  ``restartsCountTowardsMax``; an absent count is 0).
 """
 
 from __future__ import annotations
@@ -166,11 +170,22 @@ def check(sub: dict[str, Any], wf: dict[str, Any], fates: FateWatcher, name: str
     if "min_seconds" in sub and elapsed < sub["min_seconds"]:
         problems.append(f"took {elapsed:.0f} s, at least {sub['min_seconds']} s expected")
     events = fates.events_of(name)
-    for key, attr in (("outcomes", "outcome"), ("memory", "memory"), ("nodes", "node")):
+    for key, attr in (("outcomes", "outcome"), ("memory", "memory"), ("nodes", "node"),
+                      ("restart_attempts", "attempt")):
         for stage, want in (sub.get(key) or {}).items():
             got = [getattr(e, attr) for e in events if e.stage == stage]
             if got != want:
                 problems.append(f"{key} of {stage}: {got}, expected {want}")
+    for stage, want in (sub.get("nodes_distinct") or {}).items():
+        got = len({e.node for e in events if e.stage == stage})
+        if got != want:
+            problems.append(f"{stage} ran on {got} distinct nodes, expected {want}")
+    for stage, fields in (sub.get("jobset") or {}).items():
+        status = fates.resources.get((name, stage), {})
+        for k, want in fields.items():
+            if status.get(k, 0 if isinstance(want, int) else None) != want:
+                problems.append(f"JobSet of {stage}: status.{k} = {status.get(k)!r}, expected "
+                                f"{want!r} (status {status})")
     hits = {n["displayName"] for n in st.get("nodes", {}).values()
             if (n.get("memoizationStatus") or {}).get("hit")}
     for stage in sub.get("cache_hits") or []:

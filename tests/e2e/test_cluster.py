@@ -56,7 +56,11 @@ def test_start_stop_leaves_no_process(control_plane_binaries: dict[str, Path],
     try:
         assert sorted(cluster.alive()) == sorted(p.name for p in cluster.procs)
         pids = [p.popen.pid for p in cluster.procs]
-        print(f"warm start {cluster.timings['start']:.1f} s")
+        t = cluster.timings
+        print(f"warm start {t['start']:.1f} s: API server ready at "
+              f"{t['apiserver'] - t['t0']:.1f} s, Argo installed at {t['argo-install'] - t['t0']:.1f}"
+              f" s, JobSet ready at {t['jobset-ready'] - t['t0']:.1f} s (its install took "
+              f"{t['jobset-install']:.1f} s, beside Argo's)")
     finally:
         cluster.stop()
     assert cluster.alive() == []
@@ -82,6 +86,8 @@ def test_listens_on_loopback_only(e2e: E2E) -> None:
         seen[p.name] = addrs
         assert all(_loopback(a) for a in addrs), f"{p.name} listens on {addrs}"
     assert seen["kube-apiserver"] and seen["etcd"], seen
+    # JobSet's webhook server is up, on the loopback port the API server calls.
+    assert f"127.0.0.1:{e2e.cluster.jobset_webhook_port}" in seen["jobset-controller"], seen
 
 
 def test_nodes_follow_the_profiles(e2e: E2E) -> None:
