@@ -20,6 +20,14 @@ pod's ``WorkflowTaskResult`` (named after the pod's node id, owned by the Workfl
 (``ARGO_TEMPLATE``) declares: a parameter read from a path gets a content hash of what the pod
 ran (its command line), so a changed parameter changes it; a failed pod reports each parameter's
 ``valueFrom.default`` instead. Counting is per workflow and stage.
+
+A resource template's pod (``main`` runs ``argoexec resource``; a split pipeline's run has one
+per part) is played as that command works (Argo v4.1.2 ``workflow/executor/resource.go``): the
+manifest Argo put in the template is created with the real API server, the object is read back
+every 5 s (argoexec's default) until the template's ``failureCondition`` or
+``successCondition`` holds, and the output parameters' ``jqFilter``s (the forms the compiler
+writes) are evaluated on it and reported in the WorkflowTaskResult; the pod then ends 0, or 1
+with the failed condition as its message.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import re
 import threading
 import time
 from collections import defaultdict
@@ -34,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import yaml
 from kubernetes import client, config, watch  # type: ignore[import-untyped]
 from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
 
@@ -43,6 +53,9 @@ from durapipe.runtime.wrapper import verdict_line
 WF_LABEL = "workflows.argoproj.io/workflow"
 NODE_ID = "workflows.argoproj.io/node-id"
 STAGE_LABEL = "durapipe.dev/stage"
+#: argoexec's default poll of a resource template's object (RESOURCE_STATE_CHECK_INTERVAL).
+RESOURCE_STATE_CHECK_INTERVAL = 5.0
+FINISHERS = 4
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
@@ -83,6 +96,7 @@ class FateWatcher:
     spot_labels: tuple[tuple[str, str], ...] = ()
     _counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     _seen: set[str] = field(default_factory=set)
+    _nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     _heap: list[tuple[float, int, str, str]] = field(default_factory=list)
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -93,7 +107,9 @@ class FateWatcher:
         api_client = config.new_client_from_config(self.kubeconfig)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        for target in (self._watch, self._finisher):
+        # Several finishers: each pod's end is four API calls, and a wide stage level (the
+        # 2,000-stage case) has hundreds of pods Running at once.
+        for target in (self._watch, *[self._finisher] * FINISHERS):
             t = threading.Thread(target=target, daemon=True)
             t.start()
             self._threads.append(t)
@@ -142,6 +158,10 @@ class FateWatcher:
             if key in self._seen:
                 return
             self._seen.add(key)
+            if _is_resource_pod(pod):
+                t = threading.Thread(target=self._resource_or_log, args=(pod,), daemon=True)
+                t.start()
+                return
             fate = self.fate_for(pod.metadata.labels.get(WF_LABEL, ""),
                                  (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
             self._seq += 1
@@ -176,21 +196,22 @@ class FateWatcher:
         main = next(c for c in pod.spec.containers if c.name == "main")
         limits = (main.resources.limits or {}) if main.resources else {}
         memory = limits.get("memory", "")
-        node = self.core.read_node(pod.spec.node_name)
-        on_spot = any((node.metadata.labels or {}).get(k) == v for k, v in self.spot_labels)
+        on_spot = any(self._node_labels(pod.spec.node_name).get(k) == v
+                      for k, v in self.spot_labels)
 
         counts = self._counts
-        if fate.need_memory and memory and quantity_bytes(memory) < quantity_bytes(
-                fate.need_memory):
-            outcome = "oom"
-        elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
-            counts[(wf, stage, "reclaim")] += 1
-            outcome = "reclaimed"
-        elif counts[(wf, stage, "app")] < fate.fail_first:
-            counts[(wf, stage, "app")] += 1
-            outcome = "app_failure"
-        else:
-            outcome = "succeeded"
+        with self._lock:  # finishers run side by side; a stage's counts are shared
+            if fate.need_memory and memory and quantity_bytes(memory) < quantity_bytes(
+                    fate.need_memory):
+                outcome = "oom"
+            elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
+                counts[(wf, stage, "reclaim")] += 1
+                outcome = "reclaimed"
+            elif counts[(wf, stage, "app")] < fate.fail_first:
+                counts[(wf, stage, "app")] += 1
+                outcome = "app_failure"
+            else:
+                outcome = "succeeded"
         with self._lock:
             self.events.append(Event(wf, stage, name, pod.spec.node_name, outcome, memory,
                                      time.monotonic()))
@@ -206,6 +227,12 @@ class FateWatcher:
         message = "" if outcome == "oom" else verdict_line(verdict, {"exit_code": exit_code})
         self._terminate(pod, exit_code, reason, message)
         self._report(pod, succeeded=outcome == "succeeded")
+
+    def _node_labels(self, name: str) -> dict[str, str]:
+        """A node's labels (the fleet's nodes never change during a session)."""
+        if name not in self._nodes:
+            self._nodes[name] = dict(self.core.read_node(name).metadata.labels or {})
+        return self._nodes[name]
 
     def _terminate(self, pod: Any, exit_code: int, reason: str, message: str) -> None:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -241,13 +268,52 @@ class FateWatcher:
         self._report(pod, succeeded=False)
         self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
 
-    def _report(self, pod: Any, succeeded: bool) -> None:
+    def _resource_or_log(self, pod: Any) -> None:
+        try:
+            self._resource(pod)
+        except Exception:  # a thread's error would vanish: the pod would just never end
+            import traceback
+
+            traceback.print_exc()
+
+    def _resource(self, pod: Any) -> None:
+        """``argoexec resource create``: create, wait for a condition, report outputs."""
+        res = _template(pod)["resource"]
+        manifest = yaml.safe_load(res["manifest"])
+        group, version = manifest["apiVersion"].split("/")
+        ns = manifest["metadata"].get("namespace") or pod.metadata.namespace
+        plural = manifest["kind"].lower() + "s"
+        name = self.custom.create_namespaced_custom_object(
+            group, version, ns, plural, manifest)["metadata"]["name"]
+        failed = ""
+        while not self._stop.is_set():
+            obj = self.custom.get_namespaced_custom_object(group, version, ns, plural, name)
+            if res.get("failureCondition") and _holds(obj, res["failureCondition"]):
+                failed = f"failure condition '{res['failureCondition']}' evaluated true"
+                break
+            if _holds(obj, res.get("successCondition", "")):
+                break
+            time.sleep(RESOURCE_STATE_CHECK_INTERVAL)
+        else:
+            return
+        params = [] if failed else [
+            {"name": p["name"], "value": _jq(obj, p["valueFrom"]["jqFilter"])}
+            for p in (_template(pod).get("outputs") or {}).get("parameters") or []]
+        with self._lock:
+            self.events.append(Event(pod.metadata.labels[WF_LABEL], "", pod.metadata.name,
+                                     pod.spec.node_name, "app_failure" if failed else
+                                     "succeeded", "", time.monotonic()))
+        self._terminate(pod, 1 if failed else 0, "Error" if failed else "Completed", failed)
+        self._report(pod, succeeded=not failed, params=params)
+
+    def _report(self, pod: Any, succeeded: bool,
+                params: list[dict[str, Any]] | None = None) -> None:
         """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
         tmpl = _template(pod)
         outputs: dict[str, Any] = {}
         command = json.dumps(next(c for c in pod.spec.containers if c.name == "main").command)
-        params = []
-        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+        params = list(params or [])
+        for p in [] if params else (tmpl.get("outputs") or {}).get("parameters") or []:
             vf = p.get("valueFrom") or {}
             if succeeded and "path" in vf:
                 digest = hashlib.sha256(f"{p['name']}\0{command}".encode()).hexdigest()
@@ -292,3 +358,41 @@ def _template(pod: Any) -> dict[str, Any]:
                 result: dict[str, Any] = json.loads(env.value)
                 return result
     return {}
+
+
+def _is_resource_pod(pod: Any) -> bool:
+    main = next((c for c in pod.spec.containers if c.name == "main"), None)
+    command = (main.command or []) if main is not None else []  # emissary -- argoexec ...
+    return any(command[i:i + 2] == ["argoexec", "resource"] for i in range(len(command)))
+
+
+def _holds(obj: dict[str, Any], condition: str) -> bool:
+    """A resource template's condition, in the forms the compiler writes (``path == v``,
+    ``path in (a, b)``); Argo parses them as label selectors over gjson paths."""
+    m = re.fullmatch(r"\s*([\w.]+)\s*(==|in)\s*(.+?)\s*", condition)
+    if not m:
+        return False
+    value: Any = obj
+    for part in m.group(1).split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    wanted = ([v.strip() for v in m.group(3).strip("()").split(",")] if m.group(2) == "in"
+              else [m.group(3)])
+    return value is not None and str(value) in wanted
+
+
+_JQ = re.compile(r'\.status\.outputs\.parameters\[\] \| select\(\.name == "([^"]+)"\) \| \.value'
+                 r'(?: \| fromjson \| del\(\.path\) \| \.name = "([^"]+)")?')
+
+
+def _jq(obj: dict[str, Any], jq_filter: str) -> str:
+    """The compiler's ``jqFilter``s over a child Workflow (anything else fails loudly)."""
+    m = _JQ.fullmatch(jq_filter)
+    assert m, f"the e2e watcher cannot evaluate jqFilter {jq_filter!r}"
+    params = ((obj.get("status") or {}).get("outputs") or {}).get("parameters") or []
+    value = str(next(p.get("value", "") for p in params if p["name"] == m.group(1)))
+    if not m.group(2):
+        return value
+    art = json.loads(value)
+    art.pop("path", None)
+    art["name"] = m.group(2)
+    return json.dumps(art, separators=(",", ":"))

@@ -39,6 +39,6 @@ def test_case_compiles_and_is_well_formed(case, tmp_path: Path) -> None:  # type
     for f in (case.spec.get("fates") or {}).values():
         Fate(**f)  # unknown rule names raise
     known = {"params", "workflow_deadline", "timeout", "fire_within", "phase", "min_seconds",
-             "max_seconds", "outcomes", "memory", "nodes", "cache_hits", "cache_misses"}
+             "max_seconds", "outcomes", "memory", "nodes", "cache_hits", "cache_misses", "max_workflow_bytes"}
     for sub in case.spec.get("submit", []):
         assert set(sub) <= known, set(sub) - known
