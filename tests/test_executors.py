@@ -108,21 +108,25 @@ def test_memory_rungs_and_attempt_numbers_agree_on_paper() -> None:
     verdicts = [contract.VERDICT_PREEMPTED, contract.VERDICT_HOST_OOM,
                 contract.VERDICT_APP_FAILURE, contract.VERDICT_HOST_OOM, contract.VERDICT_SUCCESS]
     local = local_replay(the_plan(p), verdicts)
-    # The tasks Argo runs for that history, and what their pods get.
-    path = [("train-mem-1gi-app-0", 0), ("train-mem-1gi-app-0", 1), ("train-mem-2gi-app-0", 0),
-            ("train-mem-2gi-app-1", 0), ("train-mem-4gi-app-1", 0)]
-    for (task, retries), (number, memory, _) in zip(path, local):
+    # The tasks Argo runs for that history, what their pods get, and the preemptions spent
+    # before each task (the one in the first task, passed on from task to task).
+    path = [("train-mem-1gi-app-0", 0, 0), ("train-mem-1gi-app-0", 1, 0),
+            ("train-mem-2gi-app-0", 0, 1), ("train-mem-2gi-app-1", 0, 1),
+            ("train-mem-4gi-app-1", 0, 1)]
+    for (task, retries, before), (number, memory, _) in zip(path, local):
         template, params = run_by(ts, task)
         container = template["container"]
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env[contract.ENV_ATTEMPT] == "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}"
-        assert int(params["attempt"]) + retries == number, task
+        assert env[contract.ENV_ATTEMPT] == (
+            "{{=asInt(inputs.parameters.attempt) + asInt(inputs.parameters['preempted-before'])"
+            " + asInt(retries)}}")
+        assert int(params["attempt"]) + before + retries == number, task
         # One pod template for every rung: its podSpecPatch sets the task's memory.
         (patched,) = json.loads(resolve(template["podSpecPatch"], params))["containers"]
         assert patched["resources"]["limits"]["memory"] == units.format_bytes(memory or 0)
         assert resolve(env[contract.ENV_MEMORY_LIMIT], params) == str(memory)
     numbers = [n for n, _, _ in local]
-    assert numbers == sorted(set(numbers)), "unique and increasing"
+    assert numbers == list(range(len(verdicts))), "contiguous across the stage's tasks"
 
 
 @pytest.mark.slow
@@ -143,7 +147,7 @@ def test_attempt_numbers_are_the_same_on_argos_controller_and_locally() -> None:
         contract.VERDICT_PREEMPTED, contract.VERDICT_HOST_OOM, contract.VERDICT_APP_FAILURE,
         contract.VERDICT_HOST_OOM, contract.VERDICT_SUCCESS])
     assert argo == [n for n, _, _ in local]
-    assert argo == sorted(set(argo))
+    assert argo == [0, 1, 2, 3, 4]
 
 
 def test_the_contract_environment_is_the_same_both_ways(tmp_path: Path) -> None:

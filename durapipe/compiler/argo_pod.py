@@ -127,16 +127,17 @@ def on_demand_outright(ctx: Context, t: Json) -> None:
 NO_TAINT = "durapipe-on-demand"
 
 
-def on_demand_on_last_retry(ctx: Context, t: Json, limit: int) -> None:
-    """The last task of an interruptible stage, whose retry ``limit`` is the stage's last
-    attempt: spot for retries below ``limit``, on-demand at it.  A ``nodeSelector`` entry
+def on_demand_on_last_retry(ctx: Context, t: Json, spent: str, budget: int) -> None:
+    """The last task of an interruptible stage, whose last retry is the stage's last attempt:
+    spot while the preemptions ``spent`` (Argo expression text over ``retries``) are below
+    the ``budget``, on-demand at it.  A ``nodeSelector`` entry
     cannot be removed by a template expression and GKE and AKS on-demand nodes carry no label
     to select, so the spot labels move into node affinity, whose operator and value switch on
     Argo's ``retries``; the spot tolerations switch to a value no taint has."""
     def pick(on_demand: str, spot: str) -> str:
         if on_demand == spot:
             return spot
-        return "{{=asInt(retries) >= " + str(limit) + f" ? '{on_demand}' : '{spot}'}}}}"
+        return "{{=" + f"{spent} >= {budget} ? '{on_demand}' : '{spot}'" + "}}"
 
     spot = spot_selector(ctx)
     wanted = {r.key: r for r in on_demand_requirements(ctx)}

@@ -117,3 +117,70 @@ def app_failure_condition(task: str, gpu_oom: str, *, has_ladder: bool) -> str:
         f"tasks['{task}'].status in ['Failed', 'Error'] && "
         f"!({_exit_code(task)} in [{', '.join(stop)}])"
     )
+
+
+# -- the stage-wide preemption count -----------------------------------------------------------
+#
+# One budget for a stage whose tasks each have their own `retryStrategy`: each task takes the
+# preemptions spent before it as an input, retries what is left, and reports what it spent as
+# an output that the next task takes.  The output is a `valueFrom.default` (no file is ever
+# written at its path), which Argo's wait container reports whatever main's exit code
+# (v4.1.2 `PostMain` runs `SaveParameters` for a failed or OOM-killed main too), resolved per
+# attempt with that attempt's `retries`: the count of the Retry node's earlier children, every
+# one of them a preemption, since a task's expression retries nothing else.
+
+#: The input parameter: preemptions the stage spent before the task.
+PREEMPTED_BEFORE = "preempted-before"
+#: The output parameter: preemptions spent up to and including the task's last attempt.
+PREEMPTED = "preempted"
+_BEFORE = f"asInt(inputs.parameters['{PREEMPTED_BEFORE}'])"
+
+
+def preemption_limit(budget: int) -> str:
+    """A task's ``retryStrategy.limit``: what is left of the stage's budget."""
+    return "{{=" + f"{budget} - {_BEFORE}" + "}}"
+
+
+def spent(*, before: int | None, retried: bool) -> str:
+    """Preemptions spent up to this attempt, as Argo expression text (inside ``{{=...}}``):
+    ``before`` a number the plan knows, or ``None`` for the task's input."""
+    terms = [_BEFORE] if before is None else ([str(before)] if before else [])
+    if retried:
+        terms.append("asInt(retries)")
+    return " + ".join(terms) or "0"
+
+
+def preempted_output(path: str, *, before: int | None, retried: bool) -> dict[str, object]:
+    """The output parameter a counted task reports: ``spent`` at its attempt."""
+    if before is not None and not retried:
+        default = str(before)
+    elif before == 0:
+        default = "{{retries}}"
+    else:
+        default = "{{=" + spent(before=before, retried=retried) + "}}"
+    return {"name": PREEMPTED, "valueFrom": {"path": path, "default": default}}
+
+
+def preempted_before_value(links: list[tuple[str, str, str | None]]) -> str:
+    """The ``preempted-before`` argument of a task: of its links (the condition under which
+    that predecessor starts it, the predecessor, and the count it passes on as expression
+    text, or ``None`` for the predecessor's own output), the one whose condition held.
+
+    At most one predecessor of a task starts it (a path through the grid moves one way at
+    each step); a probe can precede the task that started it, but passes a number.  expr
+    evaluates only the branch taken, and the others still resolve: Argo puts a skipped task's
+    declared default into the scope (v4.1.2 ``addSkippedNodeOutputsToScope``), so a strict
+    ``tasks['x'].outputs.parameters[...]`` of a task that did not run never requeues.  The
+    conditions read ``tasks['x'].status`` strictly, so an early substitution pass, where
+    ``tasks`` is not in scope, leaves the whole expression for the DAG's own pass."""
+    def value(task: str, count: str | None) -> str:
+        return count if count is not None else \
+            f"tasks['{task}'].outputs.parameters['{PREEMPTED}']"
+
+    *earlier, (_, last_task, last_count) = links
+    if not earlier and last_count is None:
+        return "{{tasks." + last_task + ".outputs.parameters." + PREEMPTED + "}}"
+    expr = value(last_task, last_count)
+    for cond, task, count in reversed(earlier):
+        expr = f"({cond}) ? {value(task, count)} : ({expr})"
+    return "{{=" + expr + "}}"

@@ -42,7 +42,7 @@ from durapipe.compiler.argo_text import (
     upstream_hash_input,
 )
 from durapipe.compiler.context import Context, Loc
-from durapipe.compiler.plan import Pred, StagePlan, TaskPlan, Variant
+from durapipe.compiler.plan import RUNTIME_ROOT, Pred, StagePlan, TaskPlan, Variant
 from durapipe.dsl import units
 from durapipe.runtime import contract
 
@@ -127,17 +127,49 @@ def leaf_outputs(plan: StagePlan) -> Json:
     }
 
 
-def retry_strategy(limit: int) -> Json | None:
-    """A leaf's ``retryStrategy``: preemptions only (application attempts are tasks).
+def retry_strategy(limit: str) -> Json:
+    """A leaf's ``retryStrategy``: preemptions only (application attempts are tasks), as many
+    as ``limit`` (a number, or what is left of the stage's budget: ``argo_retry``).
 
     No ``backoff``: Argo (v4.1.2 ``processNodeRetries``) waits the backoff before it evaluates
     the retry expression, so a leaf with one would wait before every failure that leaves the
     task too (an OOM climb, a fatal CUDA OOM, the stage's last failure).  The wait of an
     application retry is a task of its own (``backoff_task``).
     """
-    if limit == 0:
-        return None
-    return {"limit": str(limit), "retryPolicy": "Always", "expression": argo_retry.preempted()}
+    return {"limit": limit, "retryPolicy": "Always", "expression": argo_retry.preempted()}
+
+
+#: Where a counted task's ``preempted`` output would be read from: nothing writes it, so the
+#: wait container reports the output's default (``argo_retry.preempted_output``).
+PREEMPTED_PATH = f"{RUNTIME_ROOT}/{argo_retry.PREEMPTED}"
+
+
+@dataclass(frozen=True)
+class Count:
+    """How a leaf takes part in the stage's preemption count (``argo_retry``)."""
+
+    #: Preemptions spent before the task, as the plan knows them; ``None``: the task's
+    #: ``preempted-before`` input.
+    before: int | None
+    #: Whether the leaf retries preemptions (has a retryStrategy).
+    retried: bool
+    #: Whether it reports the count as its ``preempted`` output.
+    reports: bool
+
+    @classmethod
+    def of(cls, plan: StagePlan, task: TaskPlan, shared: bool) -> Count:
+        counted = plan.kind == "grid" and task.counted
+        if counted and (shared or task.preempted is None):
+            return cls(None, True, True)
+        return cls(task.preempted or 0, task.retried, counted)
+
+    def limit(self, task: TaskPlan) -> str | None:
+        if self.before is None:
+            return argo_retry.preemption_limit(task.budget)
+        return str(task.limit) if self.retried else None
+
+    def spent(self) -> str:
+        return argo_retry.spent(before=self.before, retried=self.retried)
 
 
 #: The input parameter of a pod template that several tasks share: their first attempt.
@@ -183,22 +215,29 @@ def variant_arguments(ctx: Context, plan: StagePlan, variant: Variant,
     return [{"name": name, "value": values[name]} for name in varying.params()]
 
 
-def attempt_text(task: TaskPlan, retried: bool, *, shared: bool = False) -> str:
-    """``DURAPIPE_ATTEMPT``: the task's first attempt plus Argo's ``retries`` within it; in
-    a pod template several tasks share, the first attempt comes from the calling task."""
-    if shared:
-        first = f"inputs.parameters.{ATTEMPT_PARAM}"
-        if not retried:
-            return "{{" + first + "}}"
-        return "{{=asInt(" + first + ") + asInt(retries)}}"
-    if not retried:
-        return str(task.first_attempt)
-    if task.first_attempt:
-        return "{{=asInt(retries) + " + str(task.first_attempt) + "}}"
-    return "{{retries}}"
+def attempt_text(task: TaskPlan, count: Count, *, shared: bool = False) -> str:
+    """``DURAPIPE_ATTEMPT``: the task's first attempt (in a pod template several tasks share,
+    from the calling task), the preemptions spent before it and Argo's ``retries`` within it;
+    the stage's attempts are numbered 0, 1, 2, ... whichever path it takes."""
+    first = f"inputs.parameters.{ATTEMPT_PARAM}"
+    fixed = 0 if shared else task.first_attempt + (count.before or 0)
+    terms = [f"asInt({first})"] if shared else []
+    if count.before is None:
+        terms.append(argo_retry.spent(before=None, retried=False))
+    if count.retried:
+        terms.append("asInt(retries)")
+    if fixed:
+        terms.append(str(fixed))
+    if terms == [f"asInt({first})"]:
+        return "{{" + first + "}}"
+    if terms == ["asInt(retries)"]:
+        return "{{retries}}"
+    if not terms:
+        return str(fixed)
+    return "{{=" + " + ".join(terms) + "}}"
 
 
-def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json | None,
+def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, count: Count,
                    t: Json, *, shared: bool = False, varying: Varying | None = None) -> None:
     """The leaf's main container (or script) and its upload sidecar, into ``t``.  What
     ``varying`` names comes from the task's inputs."""
@@ -210,7 +249,7 @@ def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, strategy: Json
         variant = replace(variant, memory=None)  # podSpecPatch sets it
     if varying.gpu_count:
         variant = replace(variant, gpu_count=None)
-    env = pod_env(ctx, plan, variant, attempt_text(task, strategy is not None, shared=shared))
+    env = pod_env(ctx, plan, variant, attempt_text(task, count, shared=shared))
     from_task: dict[str, str] = {}
     if varying.rung:
         from_task[contract.ENV_RUNG] = "{{inputs.parameters.rung}}"
@@ -237,15 +276,23 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
     rung and memory too.  A ``wrapped`` pod stage's leaf leaves its cache to the wrapper."""
     stage, single = plan.stage, plan.kind == "pod" and not wrapped
     varying = Varying.of(plan, shared)
-    strategy = retry_strategy(task.limit)
+    count = Count.of(plan, task, shared)
+    limit = count.limit(task)
     t: Json = {"name": task.name}
     inputs = template_inputs(plan, hash_inputs if single else {}, leaf=True)
-    if shared:
-        names = [ATTEMPT_PARAM, *varying.params()]
+    names = [ATTEMPT_PARAM] if shared else []
+    if count.before is None:
+        names.append(argo_retry.PREEMPTED_BEFORE)
+    if names:
+        names += varying.params()
         inputs = {"parameters": [{"name": n} for n in names], **inputs}
     if inputs:
         t["inputs"] = inputs
     outputs = leaf_outputs(plan)
+    if count.reports:
+        reported = argo_retry.preempted_output(PREEMPTED_PATH, before=count.before,
+                                               retried=count.retried)
+        outputs = {**outputs, "parameters": [*outputs.get("parameters", []), reported]}
     if outputs:
         t["outputs"] = outputs
     t["metadata"] = stage_metadata(ctx, stage)
@@ -254,16 +301,16 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
         t["nodeSelector"] = {**t.get("nodeSelector", {}),
                              gpu_label(ctx): "{{inputs.parameters.gpu-product}}"}
     if task.last and stage.interruptible and stage.last_attempt_on_demand:
-        if strategy is None:
+        if limit is None:
             on_demand_outright(ctx, t)
-        elif task.limit > 0:
-            on_demand_on_last_retry(ctx, t, task.limit)
+        else:
+            on_demand_on_last_retry(ctx, t, count.spent(), task.budget)
     if stage.timeout is not None:
         t["activeDeadlineSeconds"] = str(stage.timeout)
     if task.probe and task.variant.pending_timeout is not None:
         t["pendingTimeout"] = units.format_seconds(task.variant.pending_timeout)
-    if strategy is not None:
-        t["retryStrategy"] = strategy
+    if limit is not None:
+        t["retryStrategy"] = retry_strategy(limit)
     if single:
         m = memoize(ctx, plan, hash_inputs)
         if m is not None:
@@ -273,7 +320,7 @@ def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
         t["podSpecPatch"] = patch
     t["volumes"] = volumes(ctx, plan)
     t["initContainers"] = [init_container(ctx, plan)]
-    main_container(ctx, plan, task, strategy, t, shared=shared, varying=varying)
+    main_container(ctx, plan, task, count, t, shared=shared, varying=varying)
     return t
 
 
@@ -426,22 +473,39 @@ def grid_task(ctx: Context, plan: StagePlan, task: TaskPlan, arts: list[Json],
             links.append((f"{w}.Succeeded", None))
         else:
             links.append((f"{p.task}.Failed || {p.task}.Errored", condition(plan, p)))
+    conds = [c if c is not None else
+             f"tasks['{d.split('.')[0]}'].status == 'Succeeded'" for d, c in links]
     if links:
         out["depends"] = " || ".join(f"({d})" if len(links) > 1 else d for d, _ in links)
-        conds = [c if c is not None else
-                 f"tasks['{d.split('.')[0]}'].status == 'Succeeded'" for d, c in links]
         if any(c is not None for _, c in links):
             out["when"] = "{{=" + " || ".join(f"({c})" for c in conds) + "}}"
-    args: Json = {}
-    if task.name in pods.parameterised:
-        args["parameters"] = [{"name": ATTEMPT_PARAM, "value": str(task.first_attempt)}]
-        args["parameters"] += variant_arguments(ctx, plan, task.variant,
-                                                Varying.of(plan, True))
+    shared = task.name in pods.parameterised
+    params: list[Json] = []
+    if shared:
+        params.append({"name": ATTEMPT_PARAM, "value": str(task.first_attempt)})
+    if Count.of(plan, task, shared).before is None:
+        params.append({"name": argo_retry.PREEMPTED_BEFORE,
+                       "value": preempted_before(plan, task, conds)})
+    if shared:
+        params += variant_arguments(ctx, plan, task.variant, Varying.of(plan, True))
+    args: Json = {"parameters": params} if params else {}
     if arts:
         args["artifacts"] = arts
     if args:
         out["arguments"] = args
     return out
+
+
+def preempted_before(plan: StagePlan, task: TaskPlan, conds: list[str]) -> str:
+    """The ``preempted-before`` argument: the count the predecessor that started the task
+    passes on (``conds``: the condition of each of its links, in ``task.preds`` order).  A
+    probe retries nothing, so it passes one if it was preempted and none otherwise."""
+    if task.preempted is not None:
+        return str(task.preempted)
+    probes = {t.name for t in plan.tasks if t.probe}
+    links = [(c, p.task, (f"'{int(p.because == 'preempted')}'" if p.task in probes else None))
+             for c, p in zip(conds, task.preds)]
+    return argo_retry.preempted_before_value(links)
 
 
 def grid_tasks(ctx: Context, plan: StagePlan, pods: PodTemplates) -> list[Json]:
@@ -545,7 +609,7 @@ def lower_pod(ctx: Context, plan: StagePlan) -> LoweredStage:
     hash_inputs = hash_inputs_of(plan)
     (task,) = plan.tasks
     m = memoize(ctx, plan, hash_inputs)
-    if m is None or task.limit == 0:
+    if m is None or not task.retried:
         return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
     # A leaf with both `memoize` and a `retryStrategy` hangs its workflow on a cache hit: the
     # hit is a Retry node, whose children Argo's assessDAGPhase skips (getRetryNodeChildrenIds),

@@ -113,8 +113,9 @@ def backoff_of(rule: Retry) -> Backoff | None:
 
 @dataclass(frozen=True)
 class Budgets:
-    """The stage's retry budgets.  ``preemptions`` is per task (an application attempt on one
-    rung and GPU type), as Argo's retry limit is; ``attempts`` counts across rungs and types."""
+    """The stage's retry budgets, each one count for the whole stage: ``preemptions`` across
+    its application attempts, rungs and GPU types (each task retries what is left of it),
+    ``attempts`` across rungs and types."""
 
     attempts: int
     preemptions: int
@@ -157,22 +158,50 @@ class Pred:
 
 @dataclass(frozen=True)
 class TaskPlan:
-    """One task of a stage: a variant run with its own preemption budget."""
+    """One task of a stage: a variant run, retrying preemptions while the stage's budget
+    lasts."""
 
     name: str
     variant: Variant
     #: The first attempt on a GPU type that may give way to the next (no retries).
     probe: bool
-    #: Preemptions retried within this task.
-    limit: int
-    #: ``DURAPIPE_ATTEMPT`` of this task's first attempt: one more than the last attempt any
-    #: predecessor can make, so the index increases along every path through the grid.
+    #: The preemptions the stage spent before this task, where the plan knows them: none
+    #: before a first task or after a probe's OOM kill or application failure, one before a
+    #: waiting type's retry task (its probe's preemption).  ``None``: as many as the
+    #: predecessor that ran reports (the count passes from task to task).
+    preempted: int | None
+    #: The stage's preemption budget (``retry.preemptions``), shared by all its tasks.
+    budget: int
+    #: The application failures and OOM climbs before this task: its first attempt's
+    #: ``DURAPIPE_ATTEMPT`` less the preemptions spent before it, so the attempt numbers of a
+    #: stage run 0, 1, 2, ... along whichever path it takes through the grid.
     first_attempt: int
     #: Whether this task's last retry is the stage's last possible attempt (on-demand).
     last: bool
     preds: tuple[Pred, ...]
     #: The application attempt (failures so far) this task runs.
     app_attempt: int
+
+    @property
+    def limit(self) -> int | None:
+        """The preemptions this task may retry: what is left of the budget, ``None`` where
+        that is only known when the task starts (``preempted`` is ``None``)."""
+        if self.probe:
+            return 0
+        if self.preempted is None:
+            return None
+        return self.budget - self.preempted
+
+    @property
+    def retried(self) -> bool:
+        """Whether the task has a retry strategy (its pods see Argo's ``retries``)."""
+        return self.limit is None or self.limit > 0
+
+    @property
+    def counted(self) -> bool:
+        """Whether the task takes part in the stage-wide count: it retries preemptions, or a
+        successor reads how many it spent."""
+        return not self.probe and self.budget > 0
 
 
 @dataclass(frozen=True)
@@ -209,18 +238,13 @@ class StagePlan:
     cached: bool
 
     def attempt_number(self, rung: int, failures: int, preemptions: int) -> int:
-        """``DURAPIPE_ATTEMPT`` of an attempt on the first GPU type: the task that runs it
-        (rung, application attempt) and the preemptions retried within that task."""
-        candidates = [t for t in self.tasks if t.variant.rung == rung
-                      and t.variant.type_index == 0 and t.app_attempt == failures]
-        if not candidates:  # a multi-node stage: one task, restarts counted by JobSet
+        """``DURAPIPE_ATTEMPT`` of an attempt: every attempt the stage made before it, as its
+        OOM climbs (``rung``), application failures and preemptions (stage-wide) count them.
+        Argo's pods compute the same (``first_attempt`` + the preemptions passed on +
+        ``retries``); a fallback to the next GPU type, whose pod never ran, counts none."""
+        if not self.tasks:  # a multi-node stage: one task, restarts counted by JobSet
             return preemptions
-        probe = next((t for t in candidates if t.probe), None)
-        rest = [t for t in candidates if not t.probe]
-        if probe is not None and (preemptions == 0 or not rest):
-            return probe.first_attempt + preemptions
-        task = rest[0]
-        return task.first_attempt + preemptions - (1 if probe is not None else 0)
+        return rung + failures + preemptions
 
 
 @dataclass(frozen=True)
@@ -317,27 +341,30 @@ class _TaskGrid:
             preds.append(Pred(variant.fallback_from, "fallback"))
         if (r - 1, t) in self.probes:
             preds.append(Pred(self.probes[(r - 1, t)].name, "oom"))
-        probe = TaskPlan(variant.name, variant, True, 0, self.first_attempt(preds),
+        # A probe follows only probes, which retry nothing: no preemption came before it.
+        probe = TaskPlan(variant.name, variant, True, 0, self.preemptions, r,
                          self.attempts == 0 and self.preemptions == 0, tuple(preds), 0)
         self.probes[(r, t)] = probe
         self.add(probe)
         return probe
 
-    def first_attempt(self, preds: list[Pred]) -> int:
-        """After every attempt a predecessor can make: each path through the grid is then
-        numbered in increasing order, the same on the cluster and locally."""
-        return max((self.by_name[p.task].first_attempt + self.by_name[p.task].limit + 1
-                    for p in preds), default=0)
+    def preempted_before(self, preds: list[Pred]) -> int | None:
+        """The preemptions spent before a task, where every predecessor is a probe (which
+        retries nothing: one if the probe was preempted, else none); ``None`` where one is a
+        task that retries, which reports its own count."""
+        if self.preemptions == 0 or not preds:
+            return 0
+        counts = {None if not self.by_name[p.task].probe else int(p.because == "preempted")
+                  for p in preds}
+        return counts.pop() if len(counts) == 1 else None
 
     def attempt(self, variant: Variant, k: int, probe: TaskPlan | None) -> TaskPlan | None:
         r, t = variant.rung, variant.type_index
         preds: list[Pred] = []
-        limit = self.preemptions
         if k == 0 and probe is not None:
             if self.preemptions == 0:
                 return None
             preds.append(Pred(probe.name, "preempted"))
-            limit = self.preemptions - 1
         elif k == 0 and variant.fallback_from is not None:
             preds.append(Pred(variant.fallback_from, "fallback"))
         if (r - 1, t, k) in self.chains:
@@ -350,8 +377,9 @@ class _TaskGrid:
             name = retry_task_name(variant.name) if probe is not None else variant.name
         else:
             name = f"{variant.name}-app-{k}"
-        task = TaskPlan(name, variant, False, limit, self.first_attempt(preds),
-                        k == self.attempts, tuple(preds), k)
+        # Every path to (rung r, attempt k) climbed r rungs and failed k times.
+        task = TaskPlan(name, variant, False, self.preempted_before(preds), self.preemptions,
+                        r + k, k == self.attempts, tuple(preds), k)
         self.chains[(r, t, k)] = task
         self.add(task)
         return task
@@ -365,8 +393,9 @@ def plan_tasks(stage: Stage, variants: Sequence[Variant]) -> tuple[TaskPlan, ...
     """The tasks of a stage: per variant (rung x GPU type), an optional probe, then one task
     per application attempt.
 
-    Each task retries preemptions only (its own limit), and an application failure ends it and
-    starts the next application attempt's task, up to ``attempts`` of them.  An OOM kill moves
+    Each task retries preemptions only, as many as the stage's budget has left (the count of
+    those spent passes from task to task), and an application failure ends it and starts the
+    next application attempt's task, up to ``attempts`` of them.  An OOM kill moves
     to the same application attempt one rung up, so the count of application failures carries
     across rungs; a pending timeout moves to the next GPU type (docs/lowering.md, "Retries").
     A stage with no application budget and one variant is a single task.

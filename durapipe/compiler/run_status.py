@@ -39,6 +39,8 @@ _PARAM = re.compile(r"\{\{\s*inputs\.parameters\.([-A-Za-z0-9_]+)\s*\}\}")
 _RETRIES = re.compile(r"\{\{\s*retries\s*\}\}")
 _AS_INT_SUM = re.compile(r"^\{\{=\s*(.*?)\s*\}\}$")
 _AS_INT = re.compile(r"^asInt\((.*)\)$")
+#: ``inputs.parameters['preempted-before']``: a name expr cannot write after a dot.
+_QUOTED_PARAM = re.compile(r"^inputs\.parameters\['([-A-Za-z0-9_]+)'\]$")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Attempt:
 @dataclass(frozen=True)
 class Budget:
     """How much of one retry budget a stage used; ``limit`` is what the compiled object
-    allows (per task for preemptions), ``None`` where it does not say."""
+    allows (for the whole stage), ``None`` where it does not say."""
 
     used: int
     limit: int | None
@@ -180,7 +182,10 @@ def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
     for term in m[1].split("+"):
         inner = _AS_INT.match(term.strip())
         raw = (inner[1] if inner else term).strip()
-        if raw.startswith("inputs.parameters."):
+        quoted = _QUOTED_PARAM.match(raw)
+        if quoted:
+            raw = params.get(quoted[1], "")
+        elif raw.startswith("inputs.parameters."):
             raw = params.get(raw[len("inputs.parameters."):], "")
         elif raw == "retries":
             raw = str(retries)
@@ -285,6 +290,16 @@ class _Planned:
     pod_templates: set[str] = field(default_factory=set)
 
 
+#: A counted task's limit: what is left of the stage's budget (``argo_retry.preemption_limit``).
+_LEFT_OF_BUDGET = re.compile(r"\{\{=(\d+) - ")
+
+
+def _budget_of(limit: object) -> int | None:
+    """The stage's preemption budget from a task's ``retryStrategy.limit``."""
+    found = _LEFT_OF_BUDGET.match(limit) if isinstance(limit, str) else None
+    return int(found.group(1)) if found else _int(None if limit is None else str(limit))
+
+
 def _planned(templates: _Templates) -> dict[str, _Planned]:
     """Per stage, in the order the compiled object lists them: its budgets and rungs."""
     plans: dict[str, _Planned] = {}
@@ -296,7 +311,7 @@ def _planned(templates: _Templates) -> dict[str, _Planned]:
         plan = plans.setdefault(stage, _Planned())
         pod_stage[name] = stage
         plan.pod_templates.add(name)
-        limit = _int((tmpl.get("retryStrategy") or {}).get("limit"))
+        limit = _budget_of((tmpl.get("retryStrategy") or {}).get("limit"))
         if limit is not None:
             plan.preemption_limit = max(plan.preemption_limit or 0, limit)
         rung = _env(tmpl).get(contract.ENV_RUNG, "")
@@ -400,7 +415,7 @@ def table(report: RunReport) -> list[str]:
     for s in report.stages:
         rows.append((
             s.stage, s.phase, str(len(s.attempts)),
-            _budget(s.preemptions) + ("/task" if s.preemptions.limit is not None else ""),
+            _budget(s.preemptions),
             _budget(s.failures), f"{s.oom.used} (rung {(s.rung or 0) + 1}/{s.rungs})"
             if s.rungs > 1 else str(s.oom.used),
             s.memory or "-", s.gpu_type or "-", "hit" if s.cache_hit else "-"))

@@ -33,7 +33,7 @@ def edges(pipeline: Pipeline) -> list[tuple[str, str, tuple[str, ...], bool]]:
 
 def label_lines(stage: Stage) -> list[str]:
     b = summary.budgets(stage)
-    retry = f"{b.tries} tr{'ies' if b.tries != 1 else 'y'}, {b.preemptions} preemptions/task"
+    retry = f"{b.tries} tr{'ies' if b.tries != 1 else 'y'}, {b.preemptions} preemptions"
     lines = [stage.name, f"retry: {retry}"]
     memory = summary.memory_text(stage)
     if memory:

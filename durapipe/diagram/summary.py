@@ -23,7 +23,7 @@ class Budgets:
 
     #: Tries after application failures: ``attempts + 1``, one DAG task each.
     tries: int
-    #: ``retryStrategy.limit`` of every task: preemptions retried inside one task.
+    #: Preemptions retried, one count for the whole stage (each task retries what is left).
     preemptions: int
     #: OOM ladder sizes, in order (empty without a ladder).
     rungs: tuple[int, ...]
@@ -65,8 +65,8 @@ def budget_lines(stage: Stage) -> list[str]:
     retries = b.tries - 1
     lines = [(f"application failures: {b.tries} tr{'ies' if b.tries != 1 else 'y'} "
              f"({retries} retr{'ies' if retries != 1 else 'y'}), one DAG task each"),
-             (f"preemptions: up to {b.preemptions} per task (retryStrategy.limit), "
-             "not spent from the application budget")]
+             (f"preemptions: up to {b.preemptions} for the whole stage (each task retries "
+             "what is left), not spent from the application budget")]
     if b.rungs:
         ladder = " -> ".join(units.format_bytes(r) for r in b.rungs)
         lines.append(f"OOM kills: climb the memory ladder {ladder} ({len(b.rungs)} rungs)")

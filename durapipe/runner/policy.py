@@ -2,11 +2,12 @@
 
 The rules are the compiled workflow's (``durapipe/compiler/plan.py`` decides them for both
 executors, ``docs/lowering.md`` says how Argo runs them).  A stage runs as a chain of tasks:
-each task retries preemptions up to ``retry.preemptions`` at once; an application failure ends
-the task and starts the next application attempt's after the backoff (spending
-``retry.attempts``; on Argo a wait task between the two); an out-of-memory kill moves to the same attempt one rung
-up the OOM ladder without spending either budget; a CUDA OOM fails or spends ``attempts`` per
-``gpu_oom``.
+each task retries preemptions at once while the stage's ``retry.preemptions`` lasts (one budget
+for the whole stage, as on Argo, where each task is given the count spent before it); an
+application failure ends the task and starts the next application attempt's after the backoff
+(spending ``retry.attempts``; on Argo a wait task between the two); an out-of-memory kill moves
+to the same attempt one rung up the OOM ladder without spending either budget; a CUDA OOM fails
+or spends ``attempts`` per ``gpu_oom``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,11 @@ class Budget:
     """What an attempt history has used up."""
 
     failures: int = 0
-    #: Preemptions in the current task (an application attempt on one rung), as Argo's
-    #: retry limit counts them.
+    #: Preemptions of the whole stage, across its application attempts and rungs.
     preemptions: int = 0
     rung: int = 0
     attempts: int = 0
     history: list[str] = field(default_factory=list)
-
-    def next_task(self) -> None:
-        self.preemptions = 0
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,6 @@ def _out_of_memory(plan: StagePlan, budget: Budget) -> Decision:
     ladder = plan.rungs
     if budget.rung + 1 < len(ladder):
         budget.rung += 1
-        budget.next_task()
         return Decision("retry", budget.rung,
                         f"out of memory at {units.format_bytes(ladder[budget.rung - 1] or 0)}; "
                         f"next rung {units.format_bytes(ladder[budget.rung] or 0)}")
@@ -83,7 +79,6 @@ def decide(plan: StagePlan, budget: Budget, verdict: str) -> Decision:
     attempts = plan.budgets.attempts
     if budget.failures < attempts:
         budget.failures += 1
-        budget.next_task()
         backoff = plan.budgets.backoff
         return Decision("retry", budget.rung, f"{what}; retry {budget.failures}/{attempts}",
                         backoff.wait(budget.failures) if backoff is not None else 0.0)

@@ -126,12 +126,25 @@ def test_application_attempts_are_separate_tasks_chained_on_application_failure(
     # The three attempts run the same pod, written once; each task passes its first attempt.
     assert {grid[f"train-app-{k}"]["template"] for k in range(3)} == {"train-pod"}
     assert "train-app-0" not in ts
-    assert ts["train-pod"]["inputs"] == {"parameters": [{"name": "attempt"}]}
-    assert ts["train-pod"]["retryStrategy"]["limit"] == "3"
+    assert ts["train-pod"]["inputs"] == {"parameters": [{"name": "attempt"},
+                                                        {"name": "preempted-before"}]}
+    # One preemption budget for the stage: each task retries what is left of it, and reports
+    # what it spent (the wait container saves the default, whatever main's exit code).
+    assert ts["train-pod"]["retryStrategy"]["limit"] == (
+        "{{=3 - asInt(inputs.parameters['preempted-before'])}}")
     assert ts["train-pod"]["retryStrategy"]["expression"] == PREEMPTED
+    assert ts["train-pod"]["outputs"]["parameters"] == [{"name": "preempted", "valueFrom": {
+        "path": "/var/run/durapipe/preempted",
+        "default": "{{=asInt(inputs.parameters['preempted-before']) + asInt(retries)}}"}}]
     assert env_of(ts["train-pod"])[contract.ENV_ATTEMPT] == (
-        "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}")
-    assert [first_attempt(ts, f"train-app-{k}") for k in range(3)] == ["0", "4", "8"]
+        "{{=asInt(inputs.parameters.attempt) + asInt(inputs.parameters['preempted-before'])"
+        " + asInt(retries)}}")
+    # Attempt numbers run on: application failures before the task, plus the preemptions.
+    assert [first_attempt(ts, f"train-app-{k}") for k in range(3)] == ["0", "1", "2"]
+    passed = [dag_tasks(ts)[f"train-app-{k}"]["arguments"]["parameters"][1] for k in range(3)]
+    assert passed == [{"name": "preempted-before", "value": v} for v in (
+        "0", "{{tasks.train-app-0.outputs.parameters.preempted}}",
+        "{{tasks.train-app-1.outputs.parameters.preempted}}")]
 
 
 def test_without_an_application_budget_only_preemptions_retry() -> None:
@@ -202,7 +215,7 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
     assert {t["template"] for t in grid[:3]} == {"train-pod"}
     leaf = ts["train-pod"]
     assert [p["name"] for p in leaf["inputs"]["parameters"]] == [
-        "attempt", "rung", "memory", "memory-bytes"]
+        "attempt", "preempted-before", "rung", "memory", "memory-bytes"]
     assert "memory" not in leaf["container"].get("resources", {}).get("limits", {})
     patch = json.loads(leaf["podSpecPatch"])
     assert patch["containers"] == [{"name": "main", "resources": {
@@ -213,11 +226,16 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
     assert env[contract.ENV_MEMORY_LIMIT] == "{{inputs.parameters.memory-bytes}}"
     for rung, size in enumerate(("256Gi", "512Gi", "1Ti")):
         args = {p["name"]: p["value"] for p in grid[rung]["arguments"]["parameters"]}
-        assert args == {"attempt": str(3 * rung), "rung": str(rung), "memory": size,
+        # The rung's first attempt follows its OOM climbs; the preemptions spent below it
+        # come from the rung that ran out of memory.
+        spent = "0" if rung == 0 else (
+            "{{tasks." + grid[rung - 1]["name"] + ".outputs.parameters.preempted}}")
+        assert args == {"attempt": str(rung), "preempted-before": spent, "rung": str(rung),
+                        "memory": size,
                         "memory-bytes": str({0: 256, 1: 512, 2: 1024}[rung] * GI)}
     # An OOM kill is never retried on the same rung; the next rung's task runs instead.
     assert leaf["retryStrategy"]["expression"] == PREEMPTED
-    assert leaf["retryStrategy"]["limit"] == "2"
+    assert leaf["retryStrategy"]["limit"] == "{{=2 - asInt(inputs.parameters['preempted-before'])}}"
     # Every rung resumes from the same checkpoint line (keyed by run and stage only): the
     # one template holds it.
     assert env[contract.ENV_CHECKPOINT_URI].endswith("/runs/{{workflow.name}}/train/checkpoints")
@@ -283,16 +301,18 @@ def test_last_attempt_on_demand_switches_node_affinity_on_retries() -> None:
                    retry=Retry(attempts=1, preemptions=5))
     ts = templates(compiled(pipeline(s, cluster=Cluster(profile="karpenter"))))
     assert ts["train-app-0"]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
-    # Only the last application attempt's task holds the stage's last possible attempt.
+    # Only the last application attempt's task holds the stage's last possible attempt: the
+    # one at which the preemptions spent before it and within it reach the stage's budget.
     last = ts["train-app-1"]
+    spent = "asInt(inputs.parameters['preempted-before']) + asInt(retries)"
     assert "nodeSelector" not in last
     assert last["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
         "nodeSelectorTerms": [{"matchExpressions": [{
             "key": "karpenter.sh/capacity-type",
-            "operator": "{{=asInt(retries) >= 5 ? 'NotIn' : 'In'}}", "values": ["spot"]}]}]}
+            "operator": f"{{{{={spent} >= 5 ? 'NotIn' : 'In'}}}}", "values": ["spot"]}]}]}
     assert last["tolerations"] == [{
         "key": "karpenter.sh/capacity-type", "operator": "Equal",
-        "value": "{{=asInt(retries) >= 5 ? 'durapipe-on-demand' : 'spot'}}",
+        "value": f"{{{{={spent} >= 5 ? 'durapipe-on-demand' : 'spot'}}}}",
         "effect": "NoSchedule"}]
     assert last["podSpecPatch"] == '{"terminationGracePeriodSeconds":300}'
 
@@ -379,7 +399,12 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
     assert env_of(h100)[contract.ENV_ATTEMPT] == "0"
     assert a100_80["pendingTimeout"] == "30m"
     assert "pendingTimeout" not in a100
-    assert a100["retryStrategy"]["limit"] == "3"
+    # The last type's task and the -retry tasks run one pod template: each retries what is
+    # left of the stage's budget, the preemptions spent before it passed by the task.
+    assert a100["retryStrategy"]["limit"] == "{{=3 - asInt(inputs.parameters['preempted-before'])}}"
+    assert pod(ts, "train-a100") is pod(ts, "train-h100-retry")
+    assert [p for p in grid["train-a100"]["arguments"]["parameters"]
+            if p["name"] == "preempted-before"] == [{"name": "preempted-before", "value": "0"}]
     # The two probes run one pod template, and so do the two -retry tasks: each task passes
     # its GPU type, the type's node label value and its count.
     assert pod(ts, "train-h100") is pod(ts, "train-a100-80gb")
@@ -387,10 +412,13 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
     # The rest of the type's attempts: a -retry task after a probe that ran and was preempted.
     retry_leaf = resolved(ts, "train-h100-retry")
     assert "pendingTimeout" not in retry_leaf
-    assert retry_leaf["retryStrategy"]["limit"] == "2"
+    # after the probe's preemption, one of the stage's three is spent.
+    assert [p for p in grid["train-h100-retry"]["arguments"]["parameters"]
+            if p["name"] == "preempted-before"] == [{"name": "preempted-before", "value": "1"}]
     assert env_of(retry_leaf)[contract.ENV_ATTEMPT] == (
-        "{{=asInt(inputs.parameters.attempt) + asInt(retries)}}")
-    assert first_attempt(ts, "train-h100-retry") == "1"
+        "{{=asInt(inputs.parameters.attempt) + asInt(inputs.parameters['preempted-before'])"
+        " + asInt(retries)}}")
+    assert first_attempt(ts, "train-h100-retry") == "0"
     assert grid["train-h100-retry"]["depends"] == "train-h100.Failed || train-h100.Errored"
     assert grid["train-h100-retry"]["when"] == (
         "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
@@ -400,7 +428,8 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
         f"{n}.Succeeded" for n in list(grid)[:-1])
     assert h100["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
     assert a100["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
-    assert a100["container"]["resources"]["limits"]["nvidia.com/gpu"] == "16"
+    (a100_patched,) = json.loads(a100["podSpecPatch"])["containers"]
+    assert a100_patched["resources"]["limits"]["nvidia.com/gpu"] == "16"
     assert env_of(a100)[contract.ENV_GPU_TYPE] == "A100"
     assert env_of(a100_80)[contract.ENV_GPU_TYPE] == "A100-80GB"
     (patched,) = json.loads(a100_80["podSpecPatch"])["containers"]

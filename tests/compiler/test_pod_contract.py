@@ -76,21 +76,28 @@ def substitute(text: str, workflow_params: dict[str, str],
                inputs: dict[str, str] | None = None) -> str:
     """Argo's substitution of the placeholders the lowering writes, for one first attempt:
     the run's name, workflow parameters, the input parameters the first task calling the
-    template passes (``inputs``), and the attempt expressions evaluated for retry 0."""
-    fixed = {
-        "workflow.name": RUN_NAME,
-        "inputs.parameters.attempt": "0",
-        "=asInt(inputs.parameters.attempt) + asInt(retries)": "0",
-        "retries": "0",
-    }
+    template passes (``inputs``), and the attempt expressions (sums) evaluated for retry 0;
+    a count of preemptions that a predecessor task passes on is taken as none."""
+    fixed = {"workflow.name": RUN_NAME, "retries": "0"}
+
+    def value(name: str) -> int:
+        if name == "retries":
+            return 0
+        param = re.fullmatch(r"inputs\.parameters(?:\.([\w-]+)|\['([\w-]+)'\])", name)
+        assert param, f"{name} is not a parameter this test knows"
+        given = (inputs or {})[param.group(1) or param.group(2)]
+        return 0 if given.startswith("{{") and "tasks" in given else int(given)
+
+    def total(expression: str) -> str:
+        terms = [t.strip() for t in expression.split(" + ")]
+        return str(sum(int(t) if t.isdigit() else value(t[len("asInt("):-1]) for t in terms))
 
     def one(match: re.Match[str]) -> str:
         inner = match.group(1).strip()
         if inner in fixed:
             return fixed[inner]
-        offset = re.fullmatch(r"=asInt\(retries\) \+ (\d+)", inner)
-        if offset:  # a later rung's or GPU type's first attempt
-            return offset.group(1)
+        if re.fullmatch(r"=(asInt\([^()]+\)|\d+)( \+ (asInt\([^()]+\)|\d+))*", inner):
+            return total(inner[1:])
         if inner.startswith("workflow.parameters.") and inner[20:] in workflow_params:
             return workflow_params[inner[20:]]
         if inner.startswith("inputs.parameters.") and inner[18:] in (inputs or {}):

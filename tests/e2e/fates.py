@@ -6,9 +6,14 @@ is, by rules a scenario gives per stage (``durapipe.dev/stage`` label):
 
 - ``need_memory``: the stage needs this much memory; a pod whose ``main`` memory limit is lower
   ends ``OOMKilled`` with exit code 137 (the kernel's kill, as a kubelet reports it);
-- ``reclaim_spot``: the first N pods of the stage that run on a spot node are reclaimed: the pod
-  gets a ``DisruptionTarget`` condition and is deleted, as a node drain does;
-- ``fail_first``: the first N pods that get past the two rules above exit 1 (an application
+- ``reclaim_spot``: the first N pods of the stage that run on a spot node are reclaimed as the
+  kubelet's graceful node shutdown does it: a ``DisruptionTarget`` condition, ``main`` ends with
+  exit 143 and the ``preempted`` verdict, the pod is Failed;
+- ``evict_spot``: the next N pods of the stage on a spot node are drained instead: evicted
+  through the Eviction API (the API server adds the ``DisruptionTarget`` condition) and gone, as
+  ``kubectl drain`` before a node's reclaim does it; give the stage ``seconds`` past Argo's
+  10 s "recently started" grace so the controller reads the missing pod as deleted;
+- ``fail_first``: the first N pods that get past the rules above exit 1 (an application
   failure);
 - ``seconds``: how long a pod runs before it ends (default 1 s);
 - otherwise the pod succeeds, exit 0.
@@ -71,6 +76,7 @@ def quantity_bytes(q: str) -> int:
 class Fate:
     need_memory: str | None = None
     reclaim_spot: int = 0
+    evict_spot: int = 0
     fail_first: int = 0
     seconds: float = 1.0
 
@@ -83,7 +89,7 @@ class Event:
     stage: str
     pod: str
     node: str
-    outcome: str  # succeeded, app_failure, oom, reclaimed
+    outcome: str  # succeeded, app_failure, oom, reclaimed, evicted
     memory: str
     at: float
 
@@ -97,7 +103,7 @@ class FateWatcher:
     _counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     _seen: set[str] = field(default_factory=set)
     _nodes: dict[str, dict[str, str]] = field(default_factory=dict)
-    _heap: list[tuple[float, int, str, str]] = field(default_factory=list)
+    _heap: list[tuple[float, int, str, str, str]] = field(default_factory=list)
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -153,7 +159,7 @@ class FateWatcher:
     def _consider(self, pod: Any) -> None:
         if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
             return
-        key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+        key = pod.metadata.uid  # Argo re-creates a missing pod under the same name
         with self._lock:
             if key in self._seen:
                 return
@@ -166,7 +172,7 @@ class FateWatcher:
                                  (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
             self._seq += 1
             heapq.heappush(self._heap, (time.monotonic() + fate.seconds, self._seq,
-                                        pod.metadata.namespace, pod.metadata.name))
+                                        pod.metadata.namespace, pod.metadata.name, key))
             self._lock.notify_all()
 
     def _finisher(self) -> None:
@@ -178,17 +184,18 @@ class FateWatcher:
                     self._lock.wait(timeout=max(0.01, min(wait, 1.0)))
                 if self._stop.is_set():
                     return
-                _, _, ns, name = heapq.heappop(self._heap)
+                _, _, ns, name, uid = heapq.heappop(self._heap)
             try:
-                self._finish(ns, name)
+                self._finish(ns, name, uid)
             except ApiException as exc:
                 if exc.status != 404:  # a pod deleted meanwhile needs no end
                     raise
 
     # -- one pod's end --------------------------------------------------------------------------
-    def _finish(self, ns: str, name: str) -> None:
+    def _finish(self, ns: str, name: str, uid: str) -> None:
         pod = self.core.read_namespaced_pod(name, ns)
-        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
+        if (pod.metadata.uid != uid or pod.status.phase != "Running"
+                or pod.metadata.deletion_timestamp is not None):
             return
         wf = pod.metadata.labels[WF_LABEL]
         stage = pod.metadata.labels.get(STAGE_LABEL, "")
@@ -207,6 +214,9 @@ class FateWatcher:
             elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
                 counts[(wf, stage, "reclaim")] += 1
                 outcome = "reclaimed"
+            elif on_spot and counts[(wf, stage, "evict")] < fate.evict_spot:
+                counts[(wf, stage, "evict")] += 1
+                outcome = "evicted"
             elif counts[(wf, stage, "app")] < fate.fail_first:
                 counts[(wf, stage, "app")] += 1
                 outcome = "app_failure"
@@ -217,6 +227,9 @@ class FateWatcher:
                                      time.monotonic()))
         if outcome == "reclaimed":
             self._reclaim(pod)
+            return
+        if outcome == "evicted":
+            self._evict(pod)
             return
         exit_code, reason, verdict = {
             "oom": (contract.EXIT_HOST_OOM, "OOMKilled", contract.VERDICT_HOST_OOM),
@@ -234,7 +247,8 @@ class FateWatcher:
             self._nodes[name] = dict(self.core.read_node(name).metadata.labels or {})
         return self._nodes[name]
 
-    def _terminate(self, pod: Any, exit_code: int, reason: str, message: str) -> None:
+    def _terminate(self, pod: Any, exit_code: int, reason: str, message: str,
+                   conditions: list[dict[str, str]] | None = None) -> None:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         started = now
         statuses = []
@@ -254,19 +268,35 @@ class FateWatcher:
             "phase": "Succeeded" if exit_code == 0 else "Failed",
             "containerStatuses": statuses,
             "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
-                            "lastTransitionTime": now}],
+                            "lastTransitionTime": now}, *(conditions or [])],
         }}
         self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
 
     def _reclaim(self, pod: Any) -> None:
+        """A spot reclaim as the kubelet's graceful node shutdown plays it: the pod gets a
+        ``DisruptionTarget`` condition, ``main`` gets SIGTERM, and the runtime's wrapper ends
+        with exit 143 and the ``preempted`` verdict after its final checkpoint; the pod is
+        Failed. The pod is not deleted: Argo re-creates a pod deleted while its node still reads
+        Pending (operator.go, "Workflow pod is missing"), so deleting a pod that ran a second
+        would test the watcher's timing, not the lowering."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {"status": {"conditions": [{
-            "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-            "message": "spot instance reclaimed: imminent node shutdown",
-            "lastTransitionTime": now}]}}
-        self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
+        self._terminate(pod, contract.EXIT_PREEMPTED, "Error",
+                        verdict_line(contract.VERDICT_PREEMPTED,
+                                     {"exit_code": contract.EXIT_PREEMPTED}),
+                        conditions=[{"type": "DisruptionTarget", "status": "True",
+                                     "reason": "TerminationByKubelet",
+                                     "message": "spot instance reclaimed: imminent node shutdown",
+                                     "lastTransitionTime": now}])
         self._report(pod, succeeded=False)
-        self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+
+    def _evict(self, pod: Any) -> None:
+        """A drain: the Eviction API (no PodDisruptionBudget here) marks the pod with
+        ``DisruptionTarget`` and deletes it; KWOK's pod-delete Stage removes it. Nothing reports
+        for it, as a wait container killed with its node would not."""
+        self.core.create_namespaced_pod_eviction(
+            pod.metadata.name, pod.metadata.namespace,
+            {"apiVersion": "policy/v1", "kind": "Eviction",
+             "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}})
 
     def _resource_or_log(self, pod: Any) -> None:
         try:

@@ -88,7 +88,6 @@ def applied(e2e: E2E, tmp_path_factory: pytest.TempPathFactory) -> E2E:
     return e2e
 
 
-@pytest.mark.known_fault  # its spot reclaim never ends the pod, as in cases/known-faults/spot_preemptions
 def test_submit_watch_status(applied: E2E) -> None:
     kc = applied.cluster.kubeconfig
     sub = durapipe("submit", "--template", "cli-e2e", "-p", "shards=16", "-n", NS,

@@ -143,7 +143,7 @@ async def test_hover_definition_references(client: LanguageClient,
 
     retry = await hover_at("retry {")
     assert "**Compiles to** (stage `train`)" in retry
-    assert "preemptions: up to 10 per task" in retry
+    assert "preemptions: up to 10 for the whole stage" in retry
     memory = await hover_at("64Gi")
     assert "68,719,476,736 bytes" in memory
     attempts = await hover_at("attempts    =")

@@ -91,11 +91,17 @@ def test_backoff_spaces_application_retries_only_and_is_capped_by_default() -> N
     assert waits == [0.0, 0.0, 30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 0.0]
 
 
-def test_the_preemption_budget_is_per_task_as_on_argo() -> None:
+def test_the_preemption_budget_is_one_for_the_stage_as_on_argo() -> None:
+    # Application failures and OOM climbs start new tasks on Argo; the count carries over
+    # (tests/compiler/test_argo_preemption_budget.py runs the same on the controller).
     retry = Retry(attempts=1, preemptions=1)
-    assert _run(retry, [c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED,
-                        c.VERDICT_SUCCESS]) == [("retry", 0)] * 3 + [("done", 0)]
-    assert _run(retry, [c.VERDICT_PREEMPTED, c.VERDICT_PREEMPTED])[-1] == ("fail", 0)
+    assert _run(retry, [c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED]) == \
+        [("retry", 0), ("retry", 0), ("fail", 0)]
+    assert _run(retry, [c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED, c.VERDICT_SUCCESS]) == \
+        [("retry", 0), ("retry", 0), ("done", 0)]
+    ladder = Retry(preemptions=1, on_oom=OnOom(memory=(2**30, 2**31)))
+    assert _run(ladder, [c.VERDICT_PREEMPTED, c.VERDICT_HOST_OOM, c.VERDICT_PREEMPTED]) == \
+        [("retry", 0), ("retry", 1), ("fail", 1)]
 
 
 def test_a_ladder_of_one_size_is_no_ladder() -> None:
