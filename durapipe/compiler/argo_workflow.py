@@ -2,8 +2,11 @@
 
 A pipeline within Argo's limits (200 templates per object, 200 tasks per DAG) becomes one
 object.  A bigger one is cut, in topological order, into parts: each part is a
-WorkflowTemplate holding a ``part`` DAG over its stages, and the entrypoint DAG calls the parts
-through ``templateRef``.  Data crossing a cut travels as part outputs and inputs.
+WorkflowTemplate holding a ``part`` DAG over its stages, and each runs as a child Workflow of
+its own, which the run's entrypoint DAG creates through a ``resource`` template and waits for.
+Not ``templateRef``: a running Workflow copies every template it resolves by reference into
+``status.storedTemplates``, and 2,000 stages' worth is past the 1 MiB Argo can store (the run
+ends ``Error``).  Data crossing a cut travels as the child's global output parameters.
 """
 
 from __future__ import annotations
@@ -24,6 +27,20 @@ Json = dict[str, Any]
 
 API_VERSION = "argoproj.io/v1alpha1"
 PART_TEMPLATE = "part"
+#: On a part's WorkflowTemplate and its child Workflows: which part.
+LABEL_PART = "durapipe.dev/part"
+#: On a child Workflow: the run that created it.
+LABEL_PARENT = "durapipe.dev/parent-workflow"
+#: The stage templates of one part take at most this much.  A running child Workflow holds its
+#: WorkflowTemplate's spec twice (``status.storedWorkflowTemplateSpec``, and template by
+#: template in ``status.storedTemplates``) beside its arguments, global outputs and node
+#: status: a 456 KB part made a 975 KB child on the e2e control plane.  And Argo v4.1.2
+#: validates a new Workflow from a WorkflowTemplate by resolving each of its templates through
+#: a live GET of the whole WorkflowTemplate (``validate.Workflow``), so a child's start costs
+#: (templates x size), quadratic in the part: smaller parts keep that, summed over the
+#: pipeline, proportional to the part size.
+MAX_PART_BYTES = 128 * 1024
+RAW_OPEN, RAW_CLOSE = "@@raw:", "@@"
 #: Kubernetes' limit on one object (etcd), which Argo inherits.
 MAX_OBJECT_BYTES = 1024 * 1024
 
@@ -65,8 +82,9 @@ def task_for(lowered: LoweredStage, upstream: UpstreamRefs, local_deps: list[str
     return entry
 
 
-def set_arguments(task: Json, parameters: list[Json], artifacts: list[Json]) -> None:
-    """A DAG task's ``arguments``, with empty lists left out (and no key when both are)."""
+def set_arguments(task: Json, parameters: list[Json], artifacts: list[Any]) -> None:
+    """A DAG task's ``arguments``, with empty lists left out (and no key when both are).
+    ``artifacts`` are dicts, or in a child Workflow's manifest ``_raw`` markers."""
     args: Json = {}
     if parameters:
         args["parameters"] = parameters
@@ -181,17 +199,20 @@ def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[
 
 
 def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredStage]]:
-    budget_templates = ctx.options.max_templates - 1  # the part DAG itself
+    budget_templates = ctx.options.max_templates - 2  # the child's entrypoint and the part DAG
     budget_tasks = ctx.options.max_tasks
     parts: list[list[LoweredStage]] = [[]]
-    count = 0
+    count = nbytes = 0
     for item in lowered:
         size = len(item.templates)
-        if parts[-1] and (count + size > budget_templates or len(parts[-1]) >= budget_tasks):
+        item_bytes = len(json.dumps(item.templates, separators=(",", ":")))
+        if parts[-1] and (count + size > budget_templates or len(parts[-1]) >= budget_tasks
+                          or nbytes + item_bytes > MAX_PART_BYTES):
             parts.append([])
-            count = 0
+            count = nbytes = 0
         parts[-1].append(item)
         count += size
+        nbytes += item_bytes
     return parts
 
 
@@ -209,6 +230,10 @@ class Cuts:
     #: Edges whose content hash a cached stage's key reads.
     hash_needed: set[Edge]
     part_deps: list[set[int]]
+
+    def hashes_into(self, i: int) -> list[Edge]:
+        """The edges into part ``i`` whose content hash crosses with them, sorted."""
+        return sorted(k for k in self.imports[i] if k in self.hash_needed)
 
 
 def find_cuts(parts: list[list[LoweredStage]]) -> Cuts:
@@ -229,47 +254,70 @@ def find_cuts(parts: list[list[LoweredStage]]) -> Cuts:
     return cuts
 
 
-def exported_art(s: str, o: str) -> str:
-    return f"{s}-{o}"
-
-
 def exported_hash(s: str, o: str) -> str:
     return f"{s}-{o}-hash"
 
 
+def exported_artifact(s: str, o: str) -> str:
+    """The parameter that carries artifact ``(s, o)`` across a cut, as its JSON."""
+    return f"{artifact_input_name(s, o)}-artifact"
+
+
 def part_interface(cuts: Cuts, i: int, tasks_of: dict[str, str]) -> Json:
-    """The ``inputs`` and ``outputs`` of part ``i``'s DAG template."""
-    out: Json = {}
+    """The ``inputs`` and ``outputs`` of part ``i``'s DAG template.
+
+    Outputs are global (``globalName``), so they reach the child Workflow's
+    ``status.outputs.parameters``, where the run reads them.  Only parameters: Argo resolves a
+    DAG's output artifact to its source artifact and drops the ``globalName`` on the way
+    (``getTemplateOutputsFromScope``), so an artifact crosses as its JSON (``toJson``), which
+    names its location in whatever repository it was saved to.
+    """
+    out: Json = part_inputs(cuts, i)
+    exports = sorted(cuts.exports[i])
+    if exports:
+        params: list[Json] = []
+        for s, o in exports:
+            if (s, o) in cuts.hash_needed:
+                params.append({"name": exported_hash(s, o), "globalName": exported_hash(s, o),
+                               "valueFrom": {"parameter": local_refs(o, tasks_of[s])[0]}})
+            params.append({"name": exported_artifact(s, o), "globalName": exported_artifact(s, o),
+                           "valueFrom": {"expression": f"toJson(tasks['{tasks_of[s]}'].outputs"
+                                                       f".artifacts['{o}'])"}})
+        out["outputs"] = {"parameters": params}
+    return out
+
+
+def child_entry(cuts: Cuts, i: int) -> Json:
+    """The child Workflow's entrypoint: a DAG whose one task is the part.  The part must be a
+    task (not the entrypoint itself) because Argo exports only task nodes' outputs to the
+    workflow's global outputs; its inputs come from the Workflow's ``arguments``."""
+    task: Json = {"name": PART_TEMPLATE, "template": PART_TEMPLATE}
+    hashes = cuts.hashes_into(i)
+    set_arguments(
+        task,
+        [{"name": exported_hash(s, o), "value": "{{inputs.parameters." + exported_hash(s, o)
+          + "}}"} for s, o in hashes],
+        [{"name": artifact_input_name(s, o), "from": "{{inputs.artifacts."
+          + artifact_input_name(s, o) + "}}"} for s, o in sorted(cuts.imports[i])])
+    return {"name": naming.ENTRYPOINT, **part_inputs(cuts, i), "dag": {"tasks": [task]}}
+
+
+def part_inputs(cuts: Cuts, i: int) -> Json:
+    """``{"inputs": ...}`` of part ``i``'s templates: the hashes and artifacts it imports."""
     inputs: Json = {}
-    hashes = sorted(k for k in cuts.imports[i] if k in cuts.hash_needed)
+    hashes = cuts.hashes_into(i)
     if hashes:
         inputs["parameters"] = [{"name": exported_hash(s, o)} for s, o in hashes]
     if cuts.imports[i]:
         inputs["artifacts"] = [{"name": artifact_input_name(s, o)}
                                for s, o in sorted(cuts.imports[i])]
-    if inputs:
-        out["inputs"] = inputs
-    exports = sorted(cuts.exports[i])
-    if exports:
-        out_params = [
-            {"name": exported_hash(s, o), "valueFrom": {
-                "parameter": local_refs(o, tasks_of[s])[0]}}
-            for s, o in exports if (s, o) in cuts.hash_needed
-        ]
-        outputs: Json = {}
-        if out_params:
-            outputs["parameters"] = out_params
-        outputs["artifacts"] = [
-            {"name": exported_art(s, o), "from": local_refs(o, tasks_of[s])[1]}
-            for s, o in exports
-        ]
-        out["outputs"] = outputs
-    return out
+    return {"inputs": inputs} if inputs else {}
 
 
 def part_document(ctx: Context, i: int, part: list[LoweredStage], cuts: Cuts,
                   tasks_of: dict[str, str]) -> Json:
-    """The WorkflowTemplate of part ``i``: its DAG, then its stages' templates."""
+    """The WorkflowTemplate of part ``i``: the child's entrypoint, the part DAG, then its
+    stages' templates.  The child runs under the pipeline's account and pull secrets."""
     upstream = UpstreamRefs()
     for s, o in cuts.imports[i]:
         upstream.refs[(s, o)] = (
@@ -278,56 +326,121 @@ def part_document(ctx: Context, i: int, part: list[LoweredStage], cuts: Cuts,
         )
     dag: Json = {"name": PART_TEMPLATE, **part_interface(cuts, i, tasks_of)}
     dag["dag"] = {"tasks": dag_tasks(part, upstream)}
-    templates = [dag]
+    templates = [child_entry(cuts, i), dag]
     for item in part:
         templates.extend(item.templates)
-    spec: Json = {}
-    args = arguments(ctx)
-    if args:
-        spec["arguments"] = args
-    spec["templates"] = templates
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "WorkflowTemplate",
-        "metadata": metadata(ctx, "WorkflowTemplate", naming.part_name(ctx.pipeline.name, i)),
+    meta = metadata(ctx, "WorkflowTemplate", naming.part_name(ctx.pipeline.name, i))
+    meta["labels"] = dict(sorted({**meta["labels"], LABEL_PART: str(i)}.items()))
+    return {"apiVersion": API_VERSION, "kind": "WorkflowTemplate", "metadata": meta,
+            "spec": workflow_spec(ctx, templates)}
+
+
+def _raw(expression: str) -> str:
+    """A marker for a JSON value of the manifest that Argo fills in as an expression (no
+    name or label the marker could meet holds ``@``)."""
+    return RAW_OPEN + expression + RAW_CLOSE
+
+
+def part_manifest(ctx: Context, i: int, cuts: Cuts) -> str:
+    """The child Workflow of part ``i``, as JSON text with Argo expressions in it.
+
+    Values that are JSON of their own (a parameter as ``toJson`` quotes it, an artifact's JSON)
+    are spliced in unquoted with ``{{=...}}``, so no value can break the manifest."""
+    pipeline = ctx.pipeline
+    labels = {**MANAGED_BY, LABEL_PIPELINE: pipeline.name, **pipeline.labels,
+              LABEL_PARENT: "{{workflow.name}}", LABEL_PART: str(i)}
+    params: list[Json] = [
+        {"name": p.name, "value": _raw("toJson(workflow.parameters['" + p.name + "'])")}
+        for p in pipeline.params]
+    hashes = cuts.hashes_into(i)
+    params += [{"name": exported_hash(s, o),
+                "value": "{{inputs.parameters." + exported_hash(s, o) + "}}"}
+               for s, o in hashes]
+    arts = [_raw("inputs.parameters['" + exported_artifact(s, o) + "']")
+            for s, o in sorted(cuts.imports[i])]
+    spec: Json = {"workflowTemplateRef": {"name": naming.part_name(pipeline.name, i)}}
+    set_arguments(spec, params, arts)
+    manifest: Json = {
+        "apiVersion": API_VERSION, "kind": "Workflow",
+        "metadata": {"generateName": "{{workflow.name}}-part-" + str(i) + "-",
+                     "namespace": "{{workflow.namespace}}", "labels": dict(sorted(labels.items()))},
         "spec": spec,
     }
+    text = json.dumps(manifest, separators=(",", ":"))
+    return text.replace(f'"{RAW_OPEN}', "{{=").replace(f'{RAW_CLOSE}"', "}}")
 
 
-def part_task(ctx: Context, i: int, cuts: Cuts) -> Json:
+def part_call(ctx: Context, i: int, cuts: Cuts) -> Json:
+    """The run's template for part ``i``: create its child Workflow, wait for its end, read the
+    data its later parts need from the child's global outputs."""
+    hashes = cuts.hashes_into(i)
+    inputs = [{"name": exported_hash(s, o)} for s, o in hashes]
+    inputs += [{"name": exported_artifact(s, o)} for s, o in sorted(cuts.imports[i])]
+    template: Json = {"name": f"part-{i}"}
+    if inputs:
+        template["inputs"] = {"parameters": inputs}
+    outputs: list[Json] = []
+    for s, o in sorted(cuts.exports[i]):
+        if (s, o) in cuts.hash_needed:
+            outputs.append({"name": exported_hash(s, o), "valueFrom": {
+                "jqFilter": global_output(exported_hash(s, o))}})
+        # The artifact is renamed to the input it becomes in the next child's arguments.
+        outputs.append({"name": exported_artifact(s, o), "valueFrom": {
+            "jqFilter": global_output(exported_artifact(s, o)) + " | fromjson | del(.path)"
+                        + f' | .name = "{artifact_input_name(s, o)}"'}})
+    if outputs:
+        template["outputs"] = {"parameters": outputs}
+    template["resource"] = {
+        "action": "create",
+        "setOwnerReference": True,
+        "successCondition": "status.phase == Succeeded",
+        "failureCondition": "status.phase in (Failed, Error)",
+        "manifest": part_manifest(ctx, i, cuts),
+    }
+    return template
+
+
+def global_output(name: str) -> str:
+    return f'.status.outputs.parameters[] | select(.name == "{name}") | .value'
+
+
+def part_task(i: int, cuts: Cuts) -> Json:
     """The entrypoint's task calling part ``i``."""
-    entry: Json = {"name": f"part-{i}", "templateRef": {
-        "name": naming.part_name(ctx.pipeline.name, i), "template": PART_TEMPLATE}}
+    entry: Json = {"name": f"part-{i}", "template": f"part-{i}"}
     if cuts.part_deps[i]:
         entry["depends"] = " && ".join(f"part-{d}" for d in sorted(cuts.part_deps[i]))
-    hashes = sorted(k for k in cuts.imports[i] if k in cuts.hash_needed)
-    call_params = [
-        {"name": exported_hash(s, o),
-         "value": "{{tasks.part-" + str(cuts.part_of[s]) + ".outputs.parameters."
-                  + exported_hash(s, o) + "}}"}
-        for s, o in hashes
-    ]
-    call_arts = [
-        {"name": artifact_input_name(s, o),
-         "from": "{{tasks.part-" + str(cuts.part_of[s]) + ".outputs.artifacts."
-                 + exported_art(s, o) + "}}"}
-        for s, o in sorted(cuts.imports[i])
-    ]
-    set_arguments(entry, call_params, call_arts)
+
+    def ref(s: str, name: str) -> str:
+        return "{{tasks.part-" + str(cuts.part_of[s]) + ".outputs.parameters." + name + "}}"
+
+    hashes = cuts.hashes_into(i)
+    params = [{"name": exported_hash(s, o), "value": ref(s, exported_hash(s, o))}
+              for s, o in hashes]
+    params += [{"name": exported_artifact(s, o), "value": ref(s, exported_artifact(s, o))}
+               for s, o in sorted(cuts.imports[i])]
+    set_arguments(entry, params, [])
     return entry
 
 
 def split_objects(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     parts = split_parts(ctx, lowered)
-    if len(parts) > ctx.options.max_tasks:
+    if len(parts) + 1 > ctx.options.max_templates or len(parts) > ctx.options.max_tasks:
         ctx.error("P0403", f"pipeline needs {len(parts)} parts, more than Argo's "
                   f"{ctx.options.max_tasks} tasks in the entrypoint DAG", ("stages",))
     cuts = find_cuts(parts)
     tasks_of = {item.plan.stage.name: item.plan.task for item in lowered}
     documents = [part_document(ctx, i, part, cuts, tasks_of) for i, part in enumerate(parts)]
-    main_tasks = [part_task(ctx, i, cuts) for i in range(len(parts))]
-    main = document(ctx, kind, [{"name": naming.ENTRYPOINT, "dag": {"tasks": main_tasks}}])
-    return [*documents, main]
+    main_tasks = [part_task(i, cuts) for i in range(len(parts))]
+    templates = [{"name": naming.ENTRYPOINT, "dag": {"tasks": main_tasks}}]
+    templates += [part_call(ctx, i, cuts) for i in range(len(parts))]
+    return [*documents, document(ctx, kind, templates)]
+
+
+def creates_workflows(documents: list[Json]) -> bool:
+    """Whether the run creates child Workflows (a split pipeline), which its pods' account
+    must then be allowed to do."""
+    return any(d["kind"] == "WorkflowTemplate" and LABEL_PART in d["metadata"]["labels"]
+               for d in documents)
 
 
 def check_sizes(ctx: Context, documents: list[Json]) -> None:

@@ -130,7 +130,10 @@ def compile_file(path: str, args: argparse.Namespace, diagnostics: list[object])
     diagnostics.extend(result.diagnostics)
     if not result.ok:
         return None
-    extra = rbac.rbac_documents(pipeline) if with_rbac else []
+    from durapipe.compiler.argo_workflow import creates_workflows
+
+    extra = rbac.rbac_documents(pipeline, creates_workflows(result.documents)) \
+        if with_rbac else []
     text = to_yaml(result.documents, header(shown))
     if extra and not is_dir_output(args):
         text = to_yaml([*result.documents, *extra], header(shown))

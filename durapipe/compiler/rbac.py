@@ -13,6 +13,13 @@ executor; sources under /work/shared/argo/v4.1.2/src):
   JobSet and then ``kubectl get`` until the success or failure condition holds
   (``workflow/executor/resource.go``): ``jobsets`` ``create`` and ``get`` in
   ``jobset.x-k8s.io``, only when the pipeline has such a stage.
+* A pipeline split into parts runs each part as a child Workflow from a resource template of
+  the run: the executor's ``kubectl create`` of the Workflow, its GETs of it until the success
+  or failure condition holds, and ``kubectl get`` for each output parameter's ``jqFilter``:
+  ``workflows`` ``create`` and ``get`` in ``argoproj.io``, only when the pipeline splits.
+  (The child's owner reference, which Argo adds with ``setOwnerReference``, blocks the run's
+  deletion; a cluster running the ``OwnerReferencesPermissionEnforcement`` admission plugin,
+  not on by default, would also want ``update`` of ``workflows/finalizers``.)
 
 Memoization's cache ConfigMap is written by the workflow controller under its own account, so
 the pods need no ConfigMap rights.
@@ -36,7 +43,7 @@ def account_name(pipeline: Pipeline) -> str:
     return f"{pipeline.name}-durapipe"
 
 
-def rules(pipeline: Pipeline) -> list[Json]:
+def rules(pipeline: Pipeline, creates_workflows: bool = False) -> list[Json]:
     out: list[Json] = [
         {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
          "verbs": ["create", "patch"]},
@@ -44,6 +51,9 @@ def rules(pipeline: Pipeline) -> list[Json]:
     ]
     if any(stage.distributed is not None for stage in pipeline.stages):
         out.append({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
+                    "verbs": ["create", "get"]})
+    if creates_workflows:
+        out.append({"apiGroups": ["argoproj.io"], "resources": ["workflows"],
                     "verbs": ["create", "get"]})
     return out
 
@@ -56,9 +66,10 @@ def accounts(pipeline: Pipeline) -> list[str]:
     return sorted(names)
 
 
-def rbac_documents(pipeline: Pipeline) -> list[Json]:
+def rbac_documents(pipeline: Pipeline, creates_workflows: bool = False) -> list[Json]:
     """ServiceAccount (only the one durapipe names; accounts the pipeline names are the
-    cluster's), Role and RoleBinding, in the pipeline's namespace."""
+    cluster's), Role and RoleBinding, in the pipeline's namespace.  ``creates_workflows``: the
+    compiled run starts child Workflows (``argo_workflow.creates_workflows``)."""
     name = account_name(pipeline)
 
     def meta(object_name: str) -> Json:
@@ -74,7 +85,7 @@ def rbac_documents(pipeline: Pipeline) -> list[Json]:
     if name in used:
         docs.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name)})
     docs.append({"apiVersion": RBAC_API, "kind": "Role", "metadata": meta(name),
-                 "rules": rules(pipeline)})
+                 "rules": rules(pipeline, creates_workflows)})
     subjects: list[Json] = []
     for account in used:
         subject: Json = {"kind": "ServiceAccount", "name": account}

@@ -1,5 +1,6 @@
 """Argo's own validator (`argo lint --offline`'s code, tools/argo-check) accepts what we compile:
-template and variable resolution, DAG structure, templateRef across the split parts.
+template and variable resolution, DAG structure, every part and the run of a split pipeline (each
+part's WorkflowTemplate, the run's resource templates and their manifests).
 
 tools/argo-check builds Argo v4.1.2 from ../shared, so every object is checked exactly as
 written, ``pendingTimeout`` included.  Skips without Go or ../shared (mandatory in CI).
@@ -46,7 +47,7 @@ def test_argo_validator_accepts_every_example_in_every_kind(tmp_path: Path) -> N
     assert [(r.file, r.error) for r in results if not r.ok] == []
 
 
-def test_argo_validator_resolves_template_refs_of_a_split_pipeline(tmp_path: Path) -> None:
+def test_argo_validator_accepts_every_object_of_a_split_pipeline(tmp_path: Path) -> None:
     from tests.argo.argo_tools import argo_check
 
     result = compile_pipeline(chain(300), CompileOptions())

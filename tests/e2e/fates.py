@@ -28,12 +28,15 @@ ran (its command line), so a changed parameter changes it; a failed pod reports 
 
 Two more kinds of pod, for multi-node stages:
 
-- a **resource template's** pod (``argoexec resource``): the watcher does what that executor
-  does: it creates the template's manifest as the pod's ServiceAccount (so RBAC and admission
-  webhooks, JobSet's included, judge it), polls the object until ``successCondition`` or
-  ``failureCondition`` holds, reports the ``jsonPath`` output parameters in the
-  ``WorkflowTaskResult`` and ends the pod (a refused create or the failure condition: exit 1,
-  the error as termination message, as argoexec writes it);
+- a **resource template's** pod (``argoexec resource``: a multi-node stage's JobSet, a split
+  pipeline's child Workflow per part): the watcher does what that executor does (v4.1.2
+  ``workflow/executor/resource.go``): it creates the template's manifest as the pod's
+  ServiceAccount (so RBAC and admission webhooks, JobSet's included, judge it), reads the object
+  every 5 s (argoexec's default) until ``failureCondition`` or ``successCondition`` holds (the
+  ``path == v`` and ``path in (a, b)`` forms the compiler writes), reports the output parameters
+  (``jsonPath`` ``{.a.b}`` and the compiler's two ``jqFilter`` forms; anything else fails the
+  pod loudly) in the ``WorkflowTaskResult`` and ends the pod (a refused create or the failure
+  condition: exit 1, the error as termination message, as argoexec writes it);
 - a **JobSet's** pod (label ``jobset.sigs.k8s.io/jobset-name``, no Argo label, no
   ``WorkflowTaskResult``): the rules count restart attempts (the pod's
   ``jobset.sigs.k8s.io/restart-attempt``), not pods. In the first ``preempt_first`` attempts,
@@ -48,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import re
 import threading
 import time
 from collections import defaultdict
@@ -66,10 +70,12 @@ WF_LABEL = "workflows.argoproj.io/workflow"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-#: How often the played ``argoexec resource`` reads the object it waits on.
-RESOURCE_POLL_S = 1.0
+#: How often the played ``argoexec resource`` reads the object it waits on: argoexec's default
+#: (``RESOURCE_STATE_CHECK_INTERVAL``, 5 s).
+RESOURCE_POLL_S = 5.0
 NODE_ID = "workflows.argoproj.io/node-id"
 STAGE_LABEL = "durapipe.dev/stage"
+FINISHERS = 4
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
@@ -113,6 +119,7 @@ class FateWatcher:
     spot_labels: tuple[tuple[str, str], ...] = ()
     _counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     _seen: set[str] = field(default_factory=set)
+    _nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     _heap: list[tuple[float, int, str, str, str]] = field(default_factory=list)
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -126,7 +133,9 @@ class FateWatcher:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.server = api_client.configuration.host
-        for target in (self._watch, self._watch_jobset_pods, self._finisher):
+        # Several finishers: each pod's end is four API calls, and a wide stage level (the
+        # 2,000-stage case) has hundreds of pods Running at once.
+        for target in (self._watch, self._watch_jobset_pods, *[self._finisher] * FINISHERS):
             t = threading.Thread(target=target, daemon=True)
             t.start()
             self._threads.append(t)
@@ -210,7 +219,7 @@ class FateWatcher:
             self._finish_jobset_pod(pod)
             return
         if "resource" in _template(pod):
-            threading.Thread(target=self._play_resource, args=(pod,), daemon=True).start()
+            threading.Thread(target=self._play_resource_or_log, args=(pod,), daemon=True).start()
             return
         wf = pod.metadata.labels[WF_LABEL]
         stage = pod.metadata.labels.get(STAGE_LABEL, "")
@@ -218,24 +227,25 @@ class FateWatcher:
         main = next(c for c in pod.spec.containers if c.name == "main")
         limits = (main.resources.limits or {}) if main.resources else {}
         memory = limits.get("memory", "")
-        node = self.core.read_node(pod.spec.node_name)
-        on_spot = any((node.metadata.labels or {}).get(k) == v for k, v in self.spot_labels)
+        on_spot = any(self._node_labels(pod.spec.node_name).get(k) == v
+                      for k, v in self.spot_labels)
 
         counts = self._counts
-        if fate.need_memory and memory and quantity_bytes(memory) < quantity_bytes(
-                fate.need_memory):
-            outcome = "oom"
-        elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
-            counts[(wf, stage, "reclaim")] += 1
-            outcome = "reclaimed"
-        elif on_spot and counts[(wf, stage, "evict")] < fate.evict_spot:
-            counts[(wf, stage, "evict")] += 1
-            outcome = "evicted"
-        elif counts[(wf, stage, "app")] < fate.fail_first:
-            counts[(wf, stage, "app")] += 1
-            outcome = "app_failure"
-        else:
-            outcome = "succeeded"
+        with self._lock:  # finishers run side by side; a stage's counts are shared
+            if fate.need_memory and memory and quantity_bytes(memory) < quantity_bytes(
+                    fate.need_memory):
+                outcome = "oom"
+            elif on_spot and counts[(wf, stage, "reclaim")] < fate.reclaim_spot:
+                counts[(wf, stage, "reclaim")] += 1
+                outcome = "reclaimed"
+            elif on_spot and counts[(wf, stage, "evict")] < fate.evict_spot:
+                counts[(wf, stage, "evict")] += 1
+                outcome = "evicted"
+            elif counts[(wf, stage, "app")] < fate.fail_first:
+                counts[(wf, stage, "app")] += 1
+                outcome = "app_failure"
+            else:
+                outcome = "succeeded"
         with self._lock:
             self.events.append(Event(wf, stage, name, pod.spec.node_name, outcome, memory,
                                      time.monotonic()))
@@ -254,6 +264,12 @@ class FateWatcher:
         message = "" if outcome == "oom" else verdict_line(verdict, {"exit_code": exit_code})
         self._terminate(pod, exit_code, reason, message)
         self._report(pod, succeeded=outcome == "succeeded")
+
+    def _node_labels(self, name: str) -> dict[str, str]:
+        """A node's labels (the fleet's nodes never change during a session)."""
+        if name not in self._nodes:
+            self._nodes[name] = dict(self.core.read_node(name).metadata.labels or {})
+        return self._nodes[name]
 
     def _terminate(self, pod: Any, exit_code: int, reason: str, message: str,
                    conditions: list[dict[str, str]] | None = None) -> None:
@@ -356,6 +372,14 @@ class FateWatcher:
                 raise
 
     # -- multi-node stages: argoexec's resource template and the JobSet's pods -------------------
+    def _play_resource_or_log(self, pod: Any) -> None:
+        try:
+            self._play_resource(pod)
+        except Exception:  # a thread's error would vanish: the pod would just never end
+            import traceback
+
+            traceback.print_exc()
+
     def _play_resource(self, pod: Any) -> None:
         """What ``argoexec resource create`` does, as the pod's ServiceAccount."""
         tmpl = _template(pod)
@@ -386,9 +410,9 @@ class FateWatcher:
             else:
                 return
             self.resources[(wf, stage)] = obj.get("status") or {}
-            params = [{"name": p["name"], "value": _json_path(obj, p["valueFrom"]["jsonPath"])}
+            params = [{"name": p["name"], "value": _output_value(obj, p["valueFrom"])}
                       for p in (tmpl.get("outputs") or {}).get("parameters") or []
-                      if "jsonPath" in (p.get("valueFrom") or {})]
+                      if {"jsonPath", "jqFilter"} & set(p.get("valueFrom") or {})]
         except (_ResourceError, ApiException) as exc:  # ApiException: reading the object failed
             message = str(exc) if isinstance(exc, _ResourceError) else _api_message(exc)
             try:
@@ -480,15 +504,23 @@ def _json_path(obj: dict[str, Any], path: str) -> str:
 
 
 def _condition_holds(condition: str, obj: dict[str, Any]) -> bool:
-    """A resource condition of the ``path == value`` form the compiler writes (argoexec reads
-    them as label selectors over the object's JSON)."""
+    """A resource condition in the forms the compiler writes, ``path == value`` and
+    ``path in (a, b)`` (argoexec reads them as label selectors over the object's JSON)."""
     if not condition:
         return False
-    path, op, want = condition.partition("==")
-    if not op or "," in condition:
-        raise _ResourceError(f"the e2e executor reads `path == value` conditions only, "
-                             f"not {condition!r}")
-    return _json_path(obj, "{." + path.strip() + "}") == want.strip()
+    m = re.fullmatch(r"\s*([\w.]+)\s*(==|in)\s*(.+?)\s*", condition)
+    if not m:
+        raise _ResourceError(f"the e2e executor reads `path == value` and `path in (a, b)` "
+                             f"conditions only, not {condition!r}")
+    wanted = ([v.strip() for v in m.group(3).strip("()").split(",")] if m.group(2) == "in"
+              else [m.group(3).strip()])
+    return _json_path(obj, "{." + m.group(1) + "}") in wanted
+
+
+def _output_value(obj: dict[str, Any], value_from: dict[str, str]) -> str:
+    if "jsonPath" in value_from:
+        return _json_path(obj, value_from["jsonPath"])
+    return _jq(obj, value_from["jqFilter"])
 
 
 def _template(pod: Any) -> dict[str, Any]:
@@ -498,3 +530,22 @@ def _template(pod: Any) -> dict[str, Any]:
                 result: dict[str, Any] = json.loads(env.value)
                 return result
     return {}
+
+
+_JQ = re.compile(r'\.status\.outputs\.parameters\[\] \| select\(\.name == "([^"]+)"\) \| \.value'
+                 r'(?: \| fromjson \| del\(\.path\) \| \.name = "([^"]+)")?')
+
+
+def _jq(obj: dict[str, Any], jq_filter: str) -> str:
+    """The compiler's ``jqFilter``s over a child Workflow (anything else fails loudly)."""
+    m = _JQ.fullmatch(jq_filter)
+    if not m:
+        raise _ResourceError(f"the e2e executor cannot evaluate jqFilter {jq_filter!r}")
+    params = ((obj.get("status") or {}).get("outputs") or {}).get("parameters") or []
+    value = str(next(p.get("value", "") for p in params if p["name"] == m.group(1)))
+    if not m.group(2):
+        return value
+    art = json.loads(value)
+    art.pop("path", None)
+    art["name"] = m.group(2)
+    return json.dumps(art, separators=(",", ":"))

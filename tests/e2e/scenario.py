@@ -18,6 +18,8 @@ on the real clock. A submission may set ``params`` and ``workflow_deadline`` (th
 - ``nodes_distinct.<stage>``: how many nodes that stage's pods ran on;
 - ``jobset.<stage>``: fields of the JobSet's final ``status`` (``terminalState``, ``restarts``,
   ``restartsCountTowardsMax``; an absent count is 0).
+- ``max_workflow_bytes``: the most bytes the JSON of the run's Workflow, and of each child
+  Workflow it created (label ``durapipe.dev/parent-workflow``), may take as read back.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
         if cron:
             ns, name = cron[0]["metadata"]["namespace"], _wait_cron_run(cluster, cron[0], sub)
         else:
-            entry = next(t for t in templates if "entrypoint" in t["spec"])
+            entry = next(t for t in templates  # not a split pipeline's parts
+                         if "durapipe.dev/part" not in t["metadata"]["labels"])
             ns = entry["metadata"]["namespace"]
             wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
                   "metadata": {"generateName": prefix, "namespace": ns},
@@ -130,7 +133,23 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
                                    input=yaml.safe_dump(wf)).stdout.strip().split("/")[-1]
         done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
         problems += [f"submission {i} ({name}): {p}" for p in check(sub, done, fates, name)]
+        if "max_workflow_bytes" in sub:
+            problems += [f"submission {i} ({name}): {p}" for p in
+                         check_sizes(cluster, ns, done, int(sub["max_workflow_bytes"]))]
     return problems
+
+
+def check_sizes(cluster: Cluster, ns: str, wf: dict[str, Any], limit: int) -> list[str]:
+    import json
+
+    out = cluster.kubectl("get", "workflows", "-n", ns, "-l",
+                          f"durapipe.dev/parent-workflow={wf['metadata']['name']}",
+                          "-o", "json").stdout
+    sizes = {w["metadata"]["name"]: len(json.dumps(w, separators=(",", ":")))
+             for w in [wf, *json.loads(out)["items"]]}
+    print(f"workflow sizes (bytes): {sizes}")
+    return [f"Workflow {n} is {size} bytes as stored, over {limit}"
+            for n, size in sizes.items() if size > limit]
 
 
 def _wait_cron_run(cluster: Cluster, cron: dict[str, Any], sub: dict[str, Any]) -> str:
