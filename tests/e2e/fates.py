@@ -44,6 +44,10 @@ Two more kinds of pod, for multi-node stages:
   ``DisruptionTarget`` condition, exit 143, as the kubelet reports a node shutdown) or exits 1;
   the other pods of such an attempt stay Running, as torchrun peers waiting for a lost rank do,
   until the Job controller ends them. Every pod of a later attempt succeeds.
+  Where ``main`` ends on its own (exit 0 or 1), any other regular container of the pod keeps
+  running, as durapipe's upload agent does until a SIGTERM that nothing sends in a Job pod
+  (no wait container there), so the pod stays Running; a native sidecar (an init container
+  with ``restartPolicy: Always``) is stopped by the kubelet and does not hold the pod.
 """
 
 from __future__ import annotations
@@ -272,12 +276,21 @@ class FateWatcher:
         return self._nodes[name]
 
     def _terminate(self, pod: Any, exit_code: int, reason: str, message: str,
-                   conditions: list[dict[str, str]] | None = None) -> None:
+                   conditions: list[dict[str, str]] | None = None,
+                   still_running: frozenset[str] = frozenset()) -> None:
+        """``main`` ends with ``exit_code``; so does every other container, except those in
+        ``still_running``, which keep the pod Running (the kubelet ends a pod only when all its
+        regular containers have ended)."""
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         started = now
         statuses = []
         for c in pod.spec.containers:
             main = c.name == "main"
+            if c.name in still_running:
+                statuses.append({"name": c.name, "image": c.image, "imageID": "",
+                                 "ready": True, "restartCount": 0, "started": True,
+                                 "state": {"running": {"startedAt": started}}})
+                continue
             terminated: dict[str, Any] = {
                 "exitCode": exit_code if main else 0,
                 "reason": reason if main else "Completed",
@@ -288,12 +301,15 @@ class FateWatcher:
             statuses.append({"name": c.name, "image": c.image, "imageID": "",
                              "ready": False, "restartCount": 0, "started": False,
                              "state": {"terminated": terminated}})
-        body = {"status": {
-            "phase": "Succeeded" if exit_code == 0 else "Failed",
-            "containerStatuses": statuses,
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
-                            "lastTransitionTime": now}, *(conditions or [])],
-        }}
+        if still_running:
+            body = {"status": {"containerStatuses": statuses}}
+        else:
+            body = {"status": {
+                "phase": "Succeeded" if exit_code == 0 else "Failed",
+                "containerStatuses": statuses,
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted",
+                                "lastTransitionTime": now}, *(conditions or [])],
+            }}
         self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, body)
 
     def _reclaim(self, pod: Any) -> None:
@@ -465,7 +481,13 @@ class FateWatcher:
             "app_failure": (contract.EXIT_APP_FAILURE, "Error", contract.VERDICT_APP_FAILURE),
             "succeeded": (contract.EXIT_SUCCESS, "Completed", contract.VERDICT_SUCCESS),
         }[outcome]
-        self._terminate(pod, exit_code, reason, verdict_line(verdict, {"exit_code": exit_code}))
+        # No wait container tends a Job pod, so nothing stops a plain sidecar once main has
+        # ended: durapipe's upload agent ends only on SIGTERM (tests/runtime,
+        # test_the_upload_agent_runs_until_sigterm), and the pod stays Running. A native
+        # sidecar (an init container with restartPolicy Always) is stopped by the kubelet.
+        lingering = frozenset(c.name for c in pod.spec.containers if c.name != "main")
+        self._terminate(pod, exit_code, reason, verdict_line(verdict, {"exit_code": exit_code}),
+                        still_running=lingering)
 
 
 class _ResourceError(Exception):

@@ -373,6 +373,28 @@ def test_sidecar_agent_commits_what_the_trainer_staged(store_uri: str, tmp_path:
     assert restored_step(store_uri, tmp_path / "r") == 3
 
 
+def test_the_upload_agent_runs_until_sigterm(tmp_path: Path) -> None:
+    """The agent has no end of its own: with the trainer gone and the spool drained it keeps
+    running until SIGTERM. So in a pod no wait container tends (a JobSet's), a plain sidecar
+    would hold the pod Running for ever; the compiler makes it a native sidecar, and the e2e
+    watcher plays a plain one as still running (tests/e2e/fates.py)."""
+    uri = (tmp_path / "store").as_uri()
+    spool = tmp_path / "spool"
+    agent = start_agent(spool, uri, child_env(**{contract.ENV_GRACE_SECONDS: "20"}))
+    try:
+        wait_for_heartbeat(spool)
+        trainer = Checkpoint(uri, path=tmp_path / "w", spool_dir=spool, uploader="sidecar")
+        assert trainer.save(b"last").wait(timeout=60).seq == 1
+        assert not list((spool / "pending").iterdir())
+        del trainer
+        for _ in range(20):  # 2 s with nothing to do
+            assert agent.poll() is None, "the agent ended without a SIGTERM"
+            time.sleep(0.1)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=60) == 0
+
+
 def test_state_handed_to_the_agent_survives_the_trainer_being_killed(
     tmp_path: Path,
 ) -> None:
