@@ -228,9 +228,7 @@ class FateWatcher:
         wf = pod.metadata.labels[WF_LABEL]
         stage = pod.metadata.labels.get(STAGE_LABEL, "")
         fate = self.fate_for(wf, stage)
-        main = next(c for c in pod.spec.containers if c.name == "main")
-        limits = (main.resources.limits or {}) if main.resources else {}
-        memory = limits.get("memory", "")
+        memory = _memory_limit(pod)
         on_spot = any(self._node_labels(pod.spec.node_name).get(k) == v
                       for k, v in self.spot_labels)
 
@@ -287,9 +285,8 @@ class FateWatcher:
         for c in pod.spec.containers:
             main = c.name == "main"
             if c.name in still_running:
-                statuses.append({"name": c.name, "image": c.image, "imageID": "",
-                                 "ready": True, "restartCount": 0, "started": True,
-                                 "state": {"running": {"startedAt": started}}})
+                statuses.append(_container_status(c, {"running": {"startedAt": started}},
+                                                  running=True))
                 continue
             terminated: dict[str, Any] = {
                 "exitCode": exit_code if main else 0,
@@ -298,9 +295,7 @@ class FateWatcher:
             }
             if main and message:
                 terminated["message"] = message
-            statuses.append({"name": c.name, "image": c.image, "imageID": "",
-                             "ready": False, "restartCount": 0, "started": False,
-                             "state": {"terminated": terminated}})
+            statuses.append(_container_status(c, {"terminated": terminated}, running=False))
         if still_running:
             body = {"status": {"containerStatuses": statuses}}
         else:
@@ -347,7 +342,7 @@ class FateWatcher:
         """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
         tmpl = _template(pod)
         outputs: dict[str, Any] = {}
-        command = json.dumps(next(c for c in pod.spec.containers if c.name == "main").command)
+        command = json.dumps(_main(pod).command)
         params = list(resource_params or [])
         for p in [] if resource_params is not None else \
                 (tmpl.get("outputs") or {}).get("parameters") or []:
@@ -469,8 +464,7 @@ class FateWatcher:
             outcome = "succeeded"
         if outcome != "succeeded" and annotations.get(COMPLETION_INDEX) != "0":
             return  # a peer of the lost rank: Running until the Job controller ends it
-        main = next(c for c in pod.spec.containers if c.name == "main")
-        memory = ((main.resources.limits or {}) if main.resources else {}).get("memory", "")
+        memory = _memory_limit(pod)
         with self._lock:
             self.events.append(Event(wf, stage, pod.metadata.name, pod.spec.node_name, outcome,
                                      memory, time.monotonic(), str(attempt)))
@@ -500,11 +494,29 @@ def _workflow(pod: Any) -> str:
     labels = pod.metadata.labels or {}
     if WF_LABEL in labels:
         return str(labels[WF_LABEL])
-    main = next((c for c in pod.spec.containers if c.name == "main"), None)
+    main = _main(pod)
     for env in (main.env or []) if main else []:
         if env.name == contract.ENV_RUN_ID and env.value:
             return str(env.value)
     return ""
+
+
+def _main(pod: Any) -> Any:
+    """The pod's ``main`` container, or ``None`` (a pod durapipe did not compile)."""
+    return next((c for c in pod.spec.containers if c.name == "main"), None)
+
+
+def _memory_limit(pod: Any) -> str:
+    """``main``'s memory limit as written in the pod spec (``""`` when it has none)."""
+    main = _main(pod)
+    limits = (main.resources.limits or {}) if main is not None and main.resources else {}
+    return str(limits.get("memory", ""))
+
+
+def _container_status(c: Any, state: dict[str, Any], *, running: bool) -> dict[str, Any]:
+    """A ``containerStatuses`` entry for container ``c`` in ``state``, as a kubelet writes it."""
+    return {"name": c.name, "image": c.image, "imageID": "", "ready": running,
+            "restartCount": 0, "started": running, "state": state}
 
 
 def _api_message(exc: Any) -> str:
