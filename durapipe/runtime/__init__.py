@@ -4,7 +4,7 @@ Importing this package costs nothing beyond the standard library; storage client
 framework integrations are imported when first used.  The public names are loaded lazily:
 
 - :func:`context` / :class:`RuntimeContext`: the stage's identity, ``checkpoint`` and the
-  ``stop_requested()`` flag (:mod:`durapipe.runtime.sdk`);
+  ``stop_requested()`` flag and ``wait_for_stop()`` (:mod:`durapipe.runtime.sdk`);
 - :class:`Checkpoint`, :func:`latest_checkpoint` (:mod:`durapipe.runtime.checkpoint`);
 - :func:`run_attempt`, :func:`classify` (:mod:`durapipe.runtime.wrapper`);
 - :func:`cache_key` (:mod:`durapipe.runtime.cachekey`), :func:`hash_path`
@@ -20,6 +20,7 @@ _LAZY = {
     "context": "durapipe.runtime.sdk",
     "RuntimeContext": "durapipe.runtime.sdk",
     "stop_requested": "durapipe.runtime.sdk",
+    "wait_for_stop": "durapipe.runtime.sdk",
     "Checkpoint": "durapipe.runtime.checkpoint",
     "CheckpointError": "durapipe.runtime.checkpoint",
     "latest_checkpoint": "durapipe.runtime.checkpoint",
@@ -42,6 +43,7 @@ __all__ = [
     "latest_checkpoint",
     "run_attempt",
     "stop_requested",
+    "wait_for_stop",
 ]
 
 

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -68,6 +69,25 @@ def stop_requested() -> bool:
         _stop_flag.set()
         return True
     return False
+
+
+#: How often :func:`wait_for_stop` looks for the wrapper's stop file (a signal wakes it at once).
+_STOP_FILE_POLL_SECONDS = 0.05
+
+
+def wait_for_stop(timeout: float | None = None) -> bool:
+    """Block until this attempt is asked to stop or ``timeout`` seconds pass; return whether it
+    was.  For a stage with nothing to do between steps (a server, a poller, a step held at a
+    known point) that must still end promptly on preemption."""
+    install_stop_handler()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop_requested():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        _stop_flag.wait(_STOP_FILE_POLL_SECONDS if left is None
+                        else min(_STOP_FILE_POLL_SECONDS, left))
+    return True
 
 
 def memory_pressure() -> dict[str, Any] | None:
@@ -156,6 +176,10 @@ class RuntimeContext:
         return stop_requested()
 
     @staticmethod
+    def wait_for_stop(timeout: float | None = None) -> bool:
+        return wait_for_stop(timeout)
+
+    @staticmethod
     def memory_pressure() -> dict[str, Any] | None:
         return memory_pressure()
 
@@ -206,4 +230,5 @@ __all__ = [
     "memory_pressure",
     "record_failure",
     "stop_requested",
+    "wait_for_stop",
 ]

@@ -373,8 +373,11 @@ class Attempt:
             threading.Thread(target=self._watch_memory, name="durapipe-memory", daemon=True).start()
 
     def request_stop(self) -> None:
-        """Forward SIGTERM to the command and SIGKILL it if it outlives the grace period."""
-        if self._stop_requested.is_set():
+        """Forward SIGTERM to the command and SIGKILL it if it outlives the grace period.
+
+        A stop that comes after the command has exited changes nothing: what it did is done
+        (a success stays a success rather than a preemption that would run it again)."""
+        if self._stop_requested.is_set() or self._command_has_exited():
             return
         self._stop_requested.set()
         try:
@@ -473,7 +476,26 @@ class Attempt:
             _remove_tree(self.control_dir)
         return AttemptResult(contract.VERDICT_APP_FAILURE, returncode, reason, returncode, details)
 
+    @property
+    def pid(self) -> int | None:
+        """The command's process id once started."""
+        return self._process.pid if self._process is not None else None
+
     # -- internals -----------------------------------------------------------------------------
+    def _command_has_exited(self) -> bool:
+        """Whether the command has ended, asked of the kernel without reaping it (so that
+        :meth:`wait` still gets its status; a stop may arrive in any thread at any time)."""
+        if self._process is None:
+            return False
+        if self._process.returncode is not None:
+            return True
+        try:
+            ended = os.waitid(os.P_PID, self._process.pid,
+                              os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True  # already reaped by wait()
+        return ended is not None
+
     def _signal_group(self, signum: int) -> None:
         if self._process is None:
             return

@@ -26,6 +26,8 @@ from transformers import (
 from durapipe import runtime
 from durapipe.runtime.integrations.transformers import DurapipeTrainerCallback, resume_path
 
+HOLD_SECONDS = 120.0
+
 
 class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __init__(self) -> None:
@@ -45,18 +47,24 @@ class RandomTokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
 
 class Progress(TrainerCallback):
-    def __init__(self, step_seconds: float) -> None:
+    def __init__(self, step_seconds: float, hold_at: int | None = None) -> None:
         self.step_seconds = step_seconds
+        self.hold_at = hold_at
 
     def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         print(f"step {state.global_step}", flush=True)
         time.sleep(self.step_seconds)
+        if state.global_step == self.hold_at:
+            runtime.wait_for_stop(HOLD_SECONDS)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-steps", type=int, default=12)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    # A test preempts the run at a known step, however slow the machine, by holding it there.
+    parser.add_argument("--hold-at", type=int, default=None,
+                        help="after this step, wait up to 120 s for a stop request")
     options = parser.parse_args()
 
     checkpoint = runtime.context().checkpoint
@@ -90,7 +98,10 @@ def main() -> int:
         model=BertForSequenceClassification(config),
         args=args,
         train_dataset=RandomTokens(),
-        callbacks=[DurapipeTrainerCallback(checkpoint), Progress(options.step_seconds)],
+        callbacks=[
+            DurapipeTrainerCallback(checkpoint),
+            Progress(options.step_seconds, options.hold_at),
+        ],
     )
     trainer.train(resume_from_checkpoint=resume)
     if runtime.stop_requested():

@@ -21,6 +21,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from durapipe import runtime
 from durapipe.runtime.integrations.lightning import DurapipeModelCheckpoint, resume_path
 
+HOLD_SECONDS = 120.0
+
 
 class TinyRegression(pl.LightningModule):
     def __init__(self) -> None:
@@ -36,8 +38,9 @@ class TinyRegression(pl.LightningModule):
 
 
 class Progress(pl.Callback):
-    def __init__(self, step_seconds: float) -> None:
+    def __init__(self, step_seconds: float, hold_at: int | None = None) -> None:
         self.step_seconds = step_seconds
+        self.hold_at = hold_at
 
     def on_train_start(self, trainer: pl.Trainer, _module: pl.LightningModule) -> None:
         print(f"start {trainer.global_step}", flush=True)
@@ -45,12 +48,17 @@ class Progress(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         print(f"step {trainer.global_step}", flush=True)
         time.sleep(self.step_seconds)
+        if trainer.global_step == self.hold_at:
+            runtime.wait_for_stop(HOLD_SECONDS)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    # A test preempts the run at a known step, however slow the machine, by holding it there.
+    parser.add_argument("--hold-at", type=int, default=None,
+                        help="after this step, wait up to 120 s for a stop request")
     options = parser.parse_args()
 
     pl.seed_everything(0, verbose=False)
@@ -65,7 +73,7 @@ def main() -> int:
         max_epochs=options.epochs,
         callbacks=[
             DurapipeModelCheckpoint(checkpoint, dirpath=tempfile.mkdtemp(prefix="pl-")),
-            Progress(options.step_seconds),
+            Progress(options.step_seconds, options.hold_at),
         ],
         logger=False,
         enable_progress_bar=False,

@@ -18,11 +18,16 @@ from sklearn.linear_model import SGDClassifier
 
 from durapipe import runtime
 
+HOLD_SECONDS = 120.0
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    # A test preempts the run at a known step, however slow the machine, by holding it there.
+    parser.add_argument("--hold-at", type=int, default=None,
+                        help="after this step, wait up to 120 s for a stop request")
     parser.add_argument("--out", required=True)
     options = parser.parse_args()
 
@@ -51,6 +56,8 @@ def main() -> int:
         state["epoch"] += 1
         print(f"epoch {state['epoch']}", flush=True)
         time.sleep(options.step_seconds)
+        if state["epoch"] == options.hold_at:
+            ctx.wait_for_stop(HOLD_SECONDS)
         checkpoint.save(pickle.dumps(state), metadata={"epoch": state["epoch"]})
         if ctx.stop_requested():
             checkpoint.close()

@@ -21,6 +21,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from durapipe import runtime
+
+HOLD_SECONDS = 120.0
 from durapipe.runtime.integrations.torch import TrainingState
 
 
@@ -42,6 +44,9 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    # A test preempts the run at a known step, however slow the machine, by holding it there.
+    parser.add_argument("--hold-at", type=int, default=None,
+                        help="after this step, wait up to 120 s for a stop request")
     parser.add_argument("--out", required=True)
     options = parser.parse_args()
 
@@ -82,6 +87,8 @@ def main() -> int:
             step += 1
             print(f"step {step}", flush=True)
             time.sleep(options.step_seconds)
+            if step == options.hold_at:
+                ctx.wait_for_stop(HOLD_SECONDS)
             stopping = ctx.stop_requested()
             if step % options.every == 0 or stopping:
                 # Save the loader generator as it was when this epoch's order was drawn.

@@ -39,15 +39,16 @@ def test_sigterm_then_resume_gives_identical_coefficients(tmp_path: Path) -> Non
     )
     stop_after = random.Random().randint(1, EPOCHS - 2)
     resumed = tmp_path / "resumed.pkl"
-    command = [sys.executable, str(SCRIPT), "--out", str(resumed), "--step-seconds", "0.05"]
-    preempt_after_line(command, env=env_for(tmp_path, "b"), termination_log=tmp_path / "log",
-                       line=f"epoch {stop_after}", timeout=60)
+    command = [sys.executable, str(SCRIPT), "--out", str(resumed)]
+    # Held at the epoch until the stop arrives, so the stop lands there however slow the machine.
+    preempt_after_line([*command, "--hold-at", str(stop_after)], env=env_for(tmp_path, "b"),
+                       termination_log=tmp_path / "log", line=f"epoch {stop_after}", timeout=60)
     assert not resumed.exists()
     second = subprocess.run(
         command, env=env_for(tmp_path, "b"), check=True, capture_output=True, text=True
     )
     resumed_at = int(second.stdout.split("resumed at ")[1].split()[0])
-    assert stop_after <= resumed_at < EPOCHS
+    assert resumed_at == stop_after
     a = pickle.loads(reference.read_bytes())
     b = pickle.loads(resumed.read_bytes())
     assert np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,6 +260,46 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_period(
     assert verdict == contract.VERDICT_PREEMPTED
     assert details["killed_after_grace"] is True
     assert details["returncode"] == -signal.SIGKILL
+
+
+def _exited_unreaped(pid: int, timeout: float = 60.0) -> bool:
+    """Whether ``pid`` ends within ``timeout``, leaving it for its parent to reap."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize(("code", "verdict", "exit_code"), [
+    ("pass", contract.VERDICT_SUCCESS, 0),
+    ("import sys; sys.exit(3)", contract.VERDICT_APP_FAILURE, 3),
+])
+def test_a_stop_after_the_command_ended_leaves_its_verdict_alone(
+    tmp_path: Path, code: str, verdict: str, exit_code: int
+) -> None:
+    # A SIGTERM that reaches the wrapper while it reports a finished command (a node drain a
+    # moment too late): turning a success into a preemption would run the stage again.
+    attempt = Attempt([sys.executable, "-c", code], env=child_env(),
+                      termination_log=tmp_path / "log", memory_cgroup=False)
+    attempt.start()
+    assert attempt.pid is not None and _exited_unreaped(attempt.pid)
+    attempt.request_stop()
+    assert not attempt.stop_requested
+    result = attempt.wait()
+    assert (result.verdict, result.exit_code) == (verdict, exit_code)
+    assert parse_verdict_line((tmp_path / "log").read_text().strip())[0] == verdict
+
+
+def test_a_stop_while_the_command_runs_is_a_preemption(tmp_path: Path) -> None:
+    attempt = Attempt([sys.executable, "-c", "import time; time.sleep(60)"], env=child_env(),
+                      termination_log=tmp_path / "log", memory_cgroup=False)
+    attempt.start()
+    attempt.request_stop()
+    assert attempt.stop_requested
+    result = attempt.wait()
+    assert (result.verdict, result.returncode) == (contract.VERDICT_PREEMPTED, -signal.SIGTERM)
 
 
 class _NearlyFullCgroup(MemoryCgroup):
