@@ -109,6 +109,22 @@ def argo_source_or_skip(tool_dir: Path) -> Path:
     raise ToolError(f"{tool_dir / 'go.mod'} does not replace {ARGO_MODULE}")
 
 
+def go_module_dir(tool_dir: Path, module: str = ARGO_MODULE) -> Path:
+    """Where Go itself reads ``module`` from when building ``tool_dir``: a ``replace`` path
+    joined to the module root without resolving links, so with ``../shared`` a symlink it is
+    not :func:`argo_source_or_skip`'s resolved path.  ``-overlay`` targets must use this one:
+    an overlay keyed by another spelling of the same file is silently ignored."""
+    env = _go_env()
+    env["GOWORK"] = "off"
+    proc = subprocess.run(
+        [go_or_skip(), "list", "-m", "-f", "{{.Dir}}", module], cwd=tool_dir, env=env,
+        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ToolError(f"go list -m {module} failed in {tool_dir}:\n{proc.stderr}")
+    return Path(proc.stdout.strip())
+
+
 def source_hash(tool_dir: Path, go: str) -> str:
     """Hash of everything that decides the build: our Go sources and module files, the
     replaced Argo source they build against (if any), and Go's version. Other dependencies are
@@ -209,7 +225,8 @@ def build_argo_sim() -> Path:
     def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
         env = _go_env()
         env["GOWORK"] = "off"
-        argo_dir = argo_source_or_skip(tool_dir)
+        argo_source_or_skip(tool_dir)
+        argo_dir = go_module_dir(tool_dir)
         overlay = out_dir / "overlay.json"
         overlay.write_text(json.dumps({"Replace": {
             str(argo_dir / pkg_dir / f.name): str(f)

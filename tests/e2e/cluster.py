@@ -46,7 +46,13 @@ from typing import Any
 import pytest
 import yaml
 
-from argo.argo_tools import ToolError, argo_source_or_skip, build_go_command, go_or_skip
+from argo.argo_tools import (
+    ToolError,
+    argo_source_or_skip,
+    build_go_command,
+    go_module_dir,
+    go_or_skip,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS = REPO_ROOT / "tools"
@@ -76,10 +82,11 @@ def build_binaries() -> dict[str, Path]:
     """Every control-plane binary, built once per version of tools/cluster and cached."""
     go_or_skip()
     argo_dir = TOOLS / "cluster" / "argo"
-    argo_src = argo_source_or_skip(argo_dir)
+    argo_source_or_skip(argo_dir)
     jobset_source_or_skip()
     loopback = argo_dir / "loopback" / "zz_durapipe_loopback.go"
-    overlay = {str(argo_src / "cmd" / "workflow-controller" / loopback.name): loopback}
+    overlay = {str(go_module_dir(argo_dir) / "cmd" / "workflow-controller" / loopback.name):
+               loopback}
     out: dict[str, Path] = {}
     for tool, commands in COMMANDS.items():
         for name, pkg in commands.items():
