@@ -117,6 +117,11 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float,
     raise ToolError(f"{what} not ready after {timeout:.0f} s")
 
 
+#: Prefix that makes a process die with the one that started it (util-linux, essential on
+#: Debian; where it is missing, teardown and atexit are all there is).
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 @dataclass
 class Proc:
     name: str
@@ -147,10 +152,17 @@ class Cluster:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as fh:
             # start_new_session: a signal to the pytest process group does not reach these
-            # before stop() does, and stop() signals each one by its own pid only.
-            popen = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env or _base_env(),
-                                     cwd=self.state, start_new_session=True)
+            # before stop() does, and stop() signals each one by its own pid only.  A pytest
+            # killed outright (CI's timeout, a SIGTERM) runs no teardown: the kernel then
+            # kills them, by the parent-death signal setpriv sets before it execs the binary.
+            # The kernel's "parent" is the thread that forks, so only the main thread's
+            # children can die with it (a helper thread's would die when that thread ends).
+            main = threading.current_thread() is threading.main_thread()
+            prefix = _DIE_WITH_PARENT if main else []
+            popen = subprocess.Popen([*prefix, *args], stdout=fh,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env or _base_env(), cwd=self.state,
+                                     start_new_session=True)
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
@@ -303,7 +315,7 @@ class Cluster:
             installer.join()
         if "error" in jobset_start:
             raise jobset_start["error"]
-        jobset: Proc = jobset_start["proc"]
+        jobset = self._spawn("jobset-controller", *jobset_start["spawn"])
 
         kwok_home = st / "kwok-home"  # KWOK reads ~/.kwok/kwok.yaml: keep the user's out of it
         kwok_home.mkdir(exist_ok=True)
@@ -365,18 +377,19 @@ class Cluster:
         return wc
 
     def _start_jobset(self, out: dict[str, Any]) -> None:
-        """JobSet's CRD, RBAC and webhook configurations, then its controller as a process.
+        """JobSet's CRD, RBAC and webhook configurations, and the command line of its
+        controller (spawned by the main thread, which it is to die with).
 
         The webhooks are JobSet's own (config/components/webhook) with the Service they name
         replaced by a URL on 127.0.0.1 and a CA the API server trusts (``caBundle``); the
         controller serves them with a certificate made here by openssl, since its internal
         certificate manager would write a Secret for a Service no pod backs."""
         try:
-            out["proc"] = self._install_and_spawn_jobset()
+            out["spawn"] = self._install_jobset()
         except BaseException as exc:  # re-raised by _start in its own thread
             out["error"] = exc
 
-    def _install_and_spawn_jobset(self) -> Proc:
+    def _install_jobset(self) -> tuple[list[str], dict[str, str]]:
         st = self.state
         t0 = time.monotonic()
         pki = st / "jobset-pki"
@@ -411,10 +424,10 @@ class Cluster:
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset_health_port}"},
         }))
         self.timings["jobset-install"] = time.monotonic() - t0
-        return self._spawn("jobset-controller", [
+        return [
             str(self.bins["jobset-controller"]), f"--kubeconfig={kc}", f"--config={cfg}",
             "--zap-devel=false", "--zap-log-level=info",
-        ], env={**_base_env(), "KUBECONFIG": str(kc)})
+        ], {**_base_env(), "KUBECONFIG": str(kc)}
 
     def ensure_namespace(self, name: str) -> None:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])

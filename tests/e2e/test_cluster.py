@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from .cluster import Cluster
+from .cluster import _DIE_WITH_PARENT, Cluster
 from .conftest import E2E
 
 pytestmark = pytest.mark.e2e
@@ -104,3 +107,39 @@ def test_nodes_follow_the_profiles(e2e: E2E) -> None:
     ready = {n["metadata"]["name"]: any(c["type"] == "Ready" and c["status"] == "True"
                                         for c in n["status"]["conditions"]) for n in nodes}
     assert all(ready.values()), ready
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a process whose parent died is reaped by whoever adopts it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not _DIE_WITH_PARENT, reason="setpriv (util-linux) is not installed")
+def test_a_test_process_killed_outright_takes_its_processes_with_it(tmp_path: Path) -> None:
+    # No teardown runs in a pytest killed by CI's timeout or a SIGTERM; what it started must
+    # not go on holding ports and CPU.  Spawned exactly as the control plane's processes are.
+    tests_dir = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys, time\n"
+        f"sys.path[:0] = [{str(tests_dir)!r}]\n"
+        "from pathlib import Path\n"
+        "from e2e.cluster import Cluster\n"
+        f"cluster = Cluster(state=Path({str(tmp_path)!r}), bins={{}})\n"
+        "proc = cluster._spawn('sleeper', ['sleep', '600'])\n"
+        "print(proc.popen.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    starter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert starter.stdout is not None
+    sleeper = int(starter.stdout.readline())
+    assert _running(sleeper)
+    starter.kill()
+    starter.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _running(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(sleeper), f"pid {sleeper} outlived the process that started it"
