@@ -440,12 +440,7 @@ def kwok_stages() -> str:
     from its module source: nodes become Ready, scheduled pods Running, deleted pods go. Not
     its `pod-complete`, which ends every pod a Job owns at once with exit 0: a JobSet's pods
     end by the rules of fates.py like every other pod."""
-    go = go_or_skip()
-    mod = subprocess.run([go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
-                         cwd=TOOLS / "cluster" / "kwok", capture_output=True, text=True,
-                         check=True, env={**os.environ, "GOFLAGS": "-mod=mod",
-                                          "GOTOOLCHAIN": "local"}).stdout.strip()
-    root = Path(mod) / "kustomize" / "stage"
+    root = go_module_dir(TOOLS / "cluster" / "kwok", "sigs.k8s.io/kwok") / "kustomize" / "stage"
     files = [*sorted((root / "node" / "fast").glob("*.yaml")),
              *sorted((root / "pod" / "fast").glob("*.yaml"))]
     return "\n---\n".join(f.read_text() for f in files
