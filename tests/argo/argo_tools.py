@@ -267,17 +267,22 @@ def argo_check(paths: Iterable[str | os.PathLike[str]], namespace: str = "") -> 
     return results
 
 
-def run_scenario(scenario: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
+def run_scenario(
+    scenario: dict[str, Any], timeout: float = 300, informer_lag: str = ""
+) -> dict[str, Any]:
     """Run one scenario (see tests/argo/scenarios/) through Argo's controller; return its report.
 
-    ``timeout`` bounds the run in wall-clock seconds (large workflows need more)."""
+    ``timeout`` bounds the run in wall-clock seconds (large workflows need more).
+    ``informer_lag`` (a Go duration, e.g. ``"5ms"``) delays every pod event the controller's
+    informer receives, as a loaded machine does; a scenario's result must not depend on it."""
     binary = build_argo_sim()
     with tempfile.TemporaryDirectory(prefix="argosim-") as tmp:
         inp = Path(tmp) / "in.json"
         out = Path(tmp) / "out.json"
         inp.write_text(json.dumps(scenario))
         # Without INFORMER_WRITE_BACK Argo sleeps 1 s after every workflow update (v4.0).
-        env = dict(os.environ, ARGOSIM_IN=str(inp), ARGOSIM_OUT=str(out), INFORMER_WRITE_BACK="true")
+        env = dict(os.environ, ARGOSIM_IN=str(inp), ARGOSIM_OUT=str(out), INFORMER_WRITE_BACK="true",
+                   ARGOSIM_WATCH_LAG=informer_lag)
         proc = subprocess.run(
             [str(binary), "-test.run", "^TestArgoSim$", "-test.count=1"],
             cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False,

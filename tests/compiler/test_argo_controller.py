@@ -34,9 +34,10 @@ pytestmark = pytest.mark.slow
 
 
 def run(p: Any, attempts: dict[str, list[dict[str, Any]]],
-        edit: Callable[[str], str] | None = None) -> dict[str, Any]:
+        edit: Callable[[str], str] | None = None, informer_lag: str = "") -> dict[str, Any]:
     """Compile ``p`` and run it in Argo's controller; ``edit`` may break the compiled YAML
-    (as JSON text) first, to show that a test notices."""
+    (as JSON text) first, to show that a test notices; ``informer_lag`` delays the
+    controller's pod events (see ``run_scenario``)."""
     from tests.argo.argo_tools import run_scenario
 
     result = compile_pipeline(p, CompileOptions())
@@ -46,7 +47,8 @@ def run(p: Any, attempts: dict[str, list[dict[str, Any]]],
     if edit is not None:
         doc = json.loads(edit(json.dumps(doc)))
     report = run_scenario({"name": "compiled", "workflow": doc,
-                           "runs": [{"attempts": attempts}], "expect": {}})
+                           "runs": [{"attempts": attempts}], "expect": {}},
+                          informer_lag=informer_lag)
     assert not report.get("error"), report.get("error")
     run_report: dict[str, Any] = report["runs"][0]
     return run_report

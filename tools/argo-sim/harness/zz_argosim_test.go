@@ -17,6 +17,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
@@ -209,7 +211,16 @@ type simulator struct {
 	// controllerPodPatches when this run began.
 	patchesAtStart int64
 	operateTime    time.Duration
+	// What the harness wrote since the last syncInformers, by name, and the last generation
+	// it stamped on any object.
+	unsyncedPods    map[string]bool
+	unsyncedResults map[string]bool
+	generation      int64
 }
+
+// annotationGeneration stamps every object the harness writes with a counter, so that it can
+// tell whether an informer has caught up with that write.
+const annotationGeneration = "argosim.durapipe.dev/generation"
 
 // controllerPodPatches counts every pod patch the controller sends (the harness itself only
 // updates pods). Reactors may run on the controller's goroutines, hence the atomic.
@@ -272,19 +283,101 @@ func (s *simulator) listPods() []apiv1.Pod {
 	return list.Items
 }
 
+// updatePod writes the pod through the API only. Writing the informer's store as well (as
+// Argo's own tests do) let the informer's goroutine, when it lagged, later apply the older
+// events still queued for that pod and move the store back in time: the controller then saw a
+// running pod as Pending, and re-created it when it was deleted. syncInformers waits instead.
 func (s *simulator) updatePod(p *apiv1.Pod) {
+	s.stamp(&p.ObjectMeta)
+	s.unsyncedPods[p.Name] = true
 	podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
-	up, err := podcs.Update(s.ctx, p, metav1.UpdateOptions{})
-	if err != nil {
+	if _, err := podcs.Update(s.ctx, p, metav1.UpdateOptions{}); err != nil {
 		s.fatalf("update pod %s: %v", p.Name, err)
 	}
-	// The informer would deliver this asynchronously; Argo's own tests write the store too.
-	if err := s.c.PodController.TestingPodInformer().GetStore().Update(up); err != nil {
-		s.fatalf("pod store: %v", err)
+}
+
+func (s *simulator) stamp(meta *metav1.ObjectMeta) {
+	s.generation++
+	if meta.Annotations == nil {
+		meta.Annotations = map[string]string{}
+	}
+	meta.Annotations[annotationGeneration] = strconv.FormatInt(s.generation, 10)
+}
+
+func generationOf(obj any) int64 {
+	meta, ok := obj.(metav1.Object)
+	if !ok {
+		return -1
+	}
+	g, err := strconv.ParseInt(meta.GetAnnotations()[annotationGeneration], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return g
+}
+
+// syncInformers waits until the controller's pod and task-result informers hold what the API
+// holds for every object the harness wrote since the last call: a real kubelet's writes reach
+// the controller in order too, and the controller acts on none of them before it sees them.
+// One watch carries all of a kind's events in order, so once each write is seen, no older event
+// is still on its way.
+func (s *simulator) syncInformers() {
+	if len(s.unsyncedPods) == 0 && len(s.unsyncedResults) == 0 {
+		return
+	}
+	podStore := s.c.PodController.TestingPodInformer().GetStore()
+	resultStore := s.c.taskResultInformer.GetStore()
+	podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
+	results := s.c.wfclientset.ArgoprojV1alpha1().WorkflowTaskResults(s.wf.Namespace)
+	caughtUp := func(store cache.Store, name string, current metav1.Object, watched bool) bool {
+		held, exists, err := store.GetByKey(s.wf.Namespace + "/" + name)
+		if err != nil {
+			s.fatalf("informer store: %v", err)
+		}
+		if current == nil || !watched {
+			return !exists
+		}
+		return exists && generationOf(held) == generationOf(current)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for name := range s.unsyncedPods {
+			var current metav1.Object
+			watched := false
+			if p, err := podcs.Get(s.ctx, name, metav1.GetOptions{}); err == nil {
+				current = p
+				watched = podWatchSelector().Matches(labels.Set(p.Labels))
+			} else if !apierr.IsNotFound(err) {
+				s.fatalf("get pod %s: %v", name, err)
+			}
+			if caughtUp(podStore, name, current, watched) {
+				delete(s.unsyncedPods, name)
+			}
+		}
+		for name := range s.unsyncedResults {
+			var current metav1.Object
+			if r, err := results.Get(s.ctx, name, metav1.GetOptions{}); err == nil {
+				current = r
+			} else if !apierr.IsNotFound(err) {
+				s.fatalf("get task result %s: %v", name, err)
+			}
+			if caughtUp(resultStore, name, current, true) {
+				delete(s.unsyncedResults, name)
+			}
+		}
+		if len(s.unsyncedPods) == 0 && len(s.unsyncedResults) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.fatalf("the informers did not catch up within 30s: pods %v, task results %v",
+				s.unsyncedPods, s.unsyncedResults)
+		}
+		time.Sleep(200 * time.Microsecond)
 	}
 }
 
 func (s *simulator) operate() {
+	s.syncInformers()
 	s.steps++
 	began := time.Now()
 	woc := newWorkflowOperationCtx(s.ctx, s.wf, s.c)
@@ -422,15 +515,16 @@ func (s *simulator) publishOutputs(sp *simPod, p *apiv1.Pod, o simOutcome, phase
 		},
 		NodeResult: wfv1.NodeResult{Phase: phase, Outputs: &outputs},
 	}
+	s.stamp(&tr.ObjectMeta)
+	s.unsyncedResults[tr.Name] = true
 	results := s.c.wfclientset.ArgoprojV1alpha1().WorkflowTaskResults(s.wf.Namespace)
-	created, err := results.Create(s.ctx, tr, metav1.CreateOptions{})
+	_, err := results.Create(s.ctx, tr, metav1.CreateOptions{})
 	if apierr.IsAlreadyExists(err) { // the pod was re-created under the same node
-		created, err = results.Update(s.ctx, tr, metav1.UpdateOptions{})
+		_, err = results.Update(s.ctx, tr, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		s.fatalf("task result: %v", err)
 	}
-	_ = s.c.taskResultInformer.GetIndexer().Add(created)
 }
 
 // finish applies a terminal outcome to a running pod.
@@ -483,7 +577,7 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		if err := podcs.Delete(s.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 			s.fatalf("delete pod: %v", err)
 		}
-		_ = s.c.PodController.TestingPodInformer().GetStore().Delete(p)
+		s.unsyncedPods[p.Name] = true
 		sp.deleted = true
 		sp.stage = 2
 		return
@@ -835,6 +929,7 @@ func TestArgoSim(t *testing.T) {
 		}
 		s := &simulator{t: t, ctx: ctx, c: c, wf: wf, pods: map[string]*simPod{}, queues: queues,
 			podSnapshots: map[string]*apiv1.Pod{}, podsPerNode: map[string]int{},
+			unsyncedPods: map[string]bool{}, unsyncedResults: map[string]bool{},
 			patchesAtStart: controllerPodPatches.Load()}
 		s.runWithSnapshots(maxSteps)
 		r := s.report()
@@ -884,6 +979,7 @@ func selectingWatchReactor(kube *fake.Clientset) k8stesting.WatchReactionFunc {
 		if sel == nil || sel.Empty() {
 			return false, nil, nil
 		}
+		watchedPods.Store(&sel)
 		inner, err := kube.Tracker().Watch(action.GetResource(), action.GetNamespace())
 		if err != nil {
 			return true, nil, err
@@ -904,9 +1000,13 @@ func selectingWatchReactor(kube *fake.Clientset) k8stesting.WatchReactionFunc {
 			}
 		}
 		out := make(chan watch.Event, watch.DefaultChanSize)
+		lag := watchLag()
 		go func() {
 			defer close(out)
 			for ev := range inner.ResultChan() {
+				if lag > 0 {
+					time.Sleep(lag)
+				}
 				obj, isMeta := ev.Object.(metav1.Object)
 				if !isMeta || (ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted) {
 					out <- ev
@@ -933,6 +1033,33 @@ func selectingWatchReactor(kube *fake.Clientset) k8stesting.WatchReactionFunc {
 		}()
 		return true, &selectedWatch{inner: inner, out: out}, nil
 	}
+}
+
+// watchLag delays every pod event the informer receives by ARGOSIM_WATCH_LAG (a Go duration):
+// a loaded machine's informer goroutine, made reproducible, so that a test can show the
+// scenarios do not depend on how soon the informer catches up.
+func watchLag() time.Duration {
+	v := os.Getenv("ARGOSIM_WATCH_LAG")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		panic(fmt.Sprintf("argo-sim: ARGOSIM_WATCH_LAG=%q: %v", v, err))
+	}
+	return d
+}
+
+// watchedPods is the label selector of the pod informer's watch (Argo's pod controller asks
+// for incomplete workflow pods only), as the reactor last received it.
+var watchedPods atomic.Pointer[labels.Selector]
+
+func podWatchSelector() labels.Selector {
+	sel := watchedPods.Load()
+	if sel == nil {
+		return labels.Everything() // not watching yet: its first list will hold everything
+	}
+	return *sel
 }
 
 type selectedWatch struct {
