@@ -1,7 +1,11 @@
 """The session's control plane (tests/e2e/cluster.py) with its nodes and the pod-fate watcher.
 
-Started once per session by the first e2e test that asks for it; every process it started is
-stopped at the end and the teardown fails if one outlives it.
+Started once per run by the first e2e test that asks for it, and stopped as soon as the last
+test of this package is done (package scope): the rest of the suite must not share the machine
+with a control plane, nor the test process with the fate watcher, whose re-list of every
+workflow pod each 30 s (thousands after the 2,000-stage case) held the interpreter for seconds
+and once made a runtime test's grace-period wait 2.7 s late. The teardown fails if any process
+outlives it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def control_plane_binaries(shared_dir: Path) -> dict[str, Path]:
     return build_binaries()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def e2e(control_plane_binaries: dict[str, Path],
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     from .fates import FateWatcher
