@@ -267,6 +267,10 @@ def argo_check(paths: Iterable[str | os.PathLike[str]], namespace: str = "") -> 
     return results
 
 
+#: Informer lags every scenario must give the same result under (see ``run_scenario``), by test id.
+INFORMER_LAGS = {"prompt-informer": "", "lagging-informer": "5ms"}
+
+
 def run_scenario(
     scenario: dict[str, Any], timeout: float = 300, informer_lag: str = ""
 ) -> dict[str, Any]:

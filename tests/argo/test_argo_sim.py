@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .argo_tools import argo_check, resource_conditions, run_scenario
+from .argo_tools import INFORMER_LAGS, argo_check, resource_conditions, run_scenario
 
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
 
@@ -81,9 +81,6 @@ def load(path: Path) -> dict[str, Any]:
 # scenario give a pod's outcome to the wrong attempt because of it: the harness had written the
 # informer's store itself, and the informer's late events then moved it back in time. With 5 ms
 # of lag on every event that failed on every run; each scenario must give the same result with it.
-INFORMER_LAGS = {"prompt-informer": "", "lagging-informer": "5ms"}
-
-
 @pytest.mark.parametrize("informer_lag", INFORMER_LAGS.values(), ids=INFORMER_LAGS.keys())
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario(path: Path, informer_lag: str) -> None:

@@ -23,6 +23,7 @@ from durapipe.compiler.plan import plan_pipeline
 from durapipe.dsl.model import Stage
 from durapipe.runner import policy
 from durapipe.runtime import contract
+from tests.argo.argo_tools import INFORMER_LAGS
 from tests.compiler.models import GI, Gpu, GpuChoice, OnOom, Resources, Retry, pipeline, stage
 from tests.compiler.test_argo_controller import node, run
 
@@ -140,7 +141,7 @@ def pod_attempts(report: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 # The same numbers whether the controller's informer keeps up or lags (a loaded machine).
-@pytest.mark.parametrize("informer_lag", ["", "5ms"], ids=["prompt-informer", "lagging-informer"])
+@pytest.mark.parametrize("informer_lag", INFORMER_LAGS.values(), ids=INFORMER_LAGS.keys())
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_the_stage_spends_one_preemption_budget(case: Case, informer_lag: str) -> None:
     report = run(pipeline(case.stage), case.attempts, informer_lag=informer_lag)

@@ -3,8 +3,8 @@
 Started once per run by the first e2e test that asks for it, and stopped as soon as the last
 test of this package is done (package scope): the rest of the suite must not share the machine
 with a control plane, nor the test process with the fate watcher, whose re-list of every
-workflow pod each 30 s (thousands after the 2,000-stage case) held the interpreter for seconds
-and once made a runtime test's grace-period wait 2.7 s late. The teardown fails if any process
+workflow pod each 30 s (thousands after the 2,000-stage case) costs seconds of Python in this
+process, and once made a runtime test's grace-period wait 2.7 s late. The teardown fails if any process
 outlives it.
 """
 
