@@ -1,5 +1,12 @@
 """Shared test configuration.
 
+Two tiers.  ``pytest -q`` is the fast tier: unit, snapshot, property and validator tests, no Go
+build and no control plane.  ``pytest -q --full`` adds the tests marked with a ``FULL_TIER_MARKERS``
+marker: Argo's own Go code in-process (``harness``), the control plane (``e2e``), the real node
+(``realnode``) and whole framework trainings (``training``); CI runs that.  The fast tier says how many it deselected, and a test that builds a
+Go tool without such a marker fails there (``tests/argo/argo_tools.py``), so it cannot slow the
+fast tier down unnoticed.
+
 Tests that need something optional (Go, ``../shared``, a memory cgroup, torch) skip with a
 reason.  CI sets ``DURAPIPE_STRICT_SKIPS=1`` because it is expected to have all of those, and
 then every such skip becomes a failure.  Only tests marked ``gpu`` may still skip there: CI has
@@ -18,6 +25,56 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 STRICT_SKIPS = os.environ.get("DURAPIPE_STRICT_SKIPS") == "1"
+#: Markers of the tests that only ``--full`` runs, with why each is not in the fast tier.
+FULL_TIER_MARKERS = {
+    "harness": "runs Argo's Go code (tools/argo-check, tools/argo-sim), built from source on first use",
+    "e2e": "runs on the control plane of tests/e2e, built from source on first use",
+    "realnode": "runs real containers on a kubelet and containerd started by the test",
+    "training": "trains a real model end to end with a framework, interrupted and resumed (minutes)",
+}
+#: Read by the Go tool builders: in the fast tier a build means a test lacks its marker.
+TIER_ENV = "DURAPIPE_TEST_TIER"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", default=False,
+                     help="run every tier: also the tests marked "
+                          + ", ".join(sorted(FULL_TIER_MARKERS)) + " (what CI runs)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[TIER_ENV] = "full" if config.getoption("--full") else "fast"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--full"):
+        return
+    keep: list[pytest.Item] = []
+    full_only: list[pytest.Item] = []
+    for item in items:
+        marked = any(item.get_closest_marker(m) for m in FULL_TIER_MARKERS)
+        (full_only if marked else keep).append(item)
+    if full_only:
+        config.hook.pytest_deselected(items=full_only)
+        items[:] = keep
+        config.stash[_FULL_ONLY] = len(full_only)
+
+
+_FULL_ONLY = pytest.StashKey[int]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.getoption("--full"):
+        return "tier: full (every test)"
+    return ("tier: fast (tests marked " + ", ".join(sorted(FULL_TIER_MARKERS))
+            + " are deselected; --full runs them)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    count = terminalreporter.config.stash.get(_FULL_ONLY, 0)
+    if count:
+        terminalreporter.write_line(f"fast tier: {count} tests of the full tier deselected "
+                                    "(python3 -m pytest -q --full runs everything)")
 
 
 @pytest.hookimpl(hookwrapper=True)

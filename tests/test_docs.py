@@ -50,3 +50,16 @@ def test_every_guarantee_of_the_runtime_names_a_test_that_exists() -> None:
         module, _, function = name.partition("::")
         source = (ROOT / "tests" / "runtime" / module).read_text(encoding="utf-8")
         assert f"def {function}(" in source, f"docs/runtime.md names {name}, which is not a test"
+
+
+def test_ci_runs_the_quickstarts_test_command_verbatim() -> None:
+    """README's Quickstart promises that its test command is what CI runs: .ci/run must run
+    exactly that line, and it must be the full tier (the fast one leaves the harness out)."""
+    quickstart = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("```")[1]
+    commands = [line for line in quickstart.splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    assert len(commands) == 3 and commands[0] == "sh", commands  # the fence's language, two commands
+    test_command = commands[2]
+    assert "pytest" in test_command and "--full" in test_command.split(), test_command
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_command in ci, f".ci/run does not run the Quickstart's {test_command!r}"

@@ -130,6 +130,7 @@ def test_memory_rungs_and_attempt_numbers_agree_on_paper() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.harness
 def test_attempt_numbers_are_the_same_on_argos_controller_and_locally() -> None:
     from tests.compiler.test_argo_controller import run
 

@@ -168,6 +168,10 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str],
 def _cached_build(name: str, build: Any, tool: str | None = None) -> Path:
     """``name`` built by ``build(go, tool_dir, out_dir, tmp)`` from ``tools/<tool>`` (default
     ``tools/<name>``), cached under ``<tool>-<hash>/<name>``."""
+    if os.environ.get("DURAPIPE_TEST_TIER") == "fast":
+        # The fast tier promises no Go build: a test that needs one lacks its full-tier marker.
+        pytest.fail(f"this test needs tools/{tool or name} (Go) but is in the fast tier: mark it "
+                    "`harness` (or `e2e`) so that only `pytest --full` runs it", pytrace=False)
     go = go_or_skip()
     tool = tool or name
     tool_dir = TOOLS / tool

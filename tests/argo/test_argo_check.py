@@ -9,6 +9,8 @@ import pytest
 
 from .argo_tools import argo_check
 
+pytestmark = pytest.mark.harness
+
 HERE = Path(__file__).parent
 MANIFESTS = HERE / "manifests"
 

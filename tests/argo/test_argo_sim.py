@@ -15,6 +15,8 @@ import yaml
 
 from .argo_tools import INFORMER_LAGS, argo_check, resource_conditions, run_scenario
 
+pytestmark = pytest.mark.harness
+
 SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
 
 

@@ -111,6 +111,7 @@ def test_verdicts_without_and_with_the_runtime_line(phase: str, message: str, co
 
 
 @pytest.mark.slow
+@pytest.mark.harness
 @pytest.mark.parametrize("case", [c["name"] for c in cases()])
 def test_the_recordings_are_what_the_controller_does_today(case: str) -> None:
     """Re-run each case in Argo's controller: the fresh objects read exactly as the recorded

@@ -30,7 +30,7 @@ from tests.compiler.models import (
     stage,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
 
 def run(p: Any, attempts: dict[str, list[dict[str, Any]]],

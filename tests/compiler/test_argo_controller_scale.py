@@ -23,7 +23,7 @@ from tests.compiler.models import Pipeline, Stage
 from tests.compiler.test_argo_controller import strip_artifacts
 from tests.compiler.test_split import chain
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
 
 def fan_out(n: int) -> Pipeline:

@@ -27,7 +27,7 @@ from tests.argo.argo_tools import INFORMER_LAGS
 from tests.compiler.models import GI, Gpu, GpuChoice, OnOom, Resources, Retry, pipeline, stage
 from tests.compiler.test_argo_controller import node, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
 DELETED = {"outcome": "deleted", "minutes": 5}  # spot VM reclaimed: "pod deleted", no exit code
 SIGTERM = {"outcome": "disrupted", "message": "durapipe-verdict:preempted", "minutes": 5}

@@ -20,7 +20,7 @@ from tests.compiler.test_split import chain
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.harness]
 
 
 def test_argo_validator_accepts_every_example_in_every_kind(tmp_path: Path) -> None:

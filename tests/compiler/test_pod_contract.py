@@ -413,6 +413,7 @@ def test_zipapp_bytes_do_not_depend_on_file_times_or_umask(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.harness
 def test_argo_lint_accepts_the_stream_with_the_runtime_configmap(tmp_path: Path) -> None:
     """What `durapipe compile -o FILE` writes, ConfigMap included, passes Argo's own linter."""
     from durapipe.cli import main

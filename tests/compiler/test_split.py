@@ -142,6 +142,7 @@ def test_too_many_parts_is_diagnosed() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.harness
 def test_the_child_conditions_are_what_argo_executor_evaluates() -> None:
     """The run's wait for a child, through Argo's own executor code (tools/argo-sim): done on
     Succeeded, failed on Failed or Error, waiting before (a child not yet started has no

@@ -69,6 +69,7 @@ def _three_failures(stage: str, seconds: float) -> list[Fault]:
             Fault("preempt", stage, seconds)]
 
 
+@pytest.mark.training
 def test_torch_training_resumed_three_times_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     _require("torch")
     import torch
@@ -88,6 +89,7 @@ def test_torch_training_resumed_three_times_matches_an_uninterrupted_run(tmp_pat
         assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.training
 def test_sklearn_partial_fit_resumed_three_times_matches(tmp_path: Path) -> None:
     _require("sklearn")
     clean = _run(tmp_path / "clean", "sklearn_resume.pipe")

@@ -50,6 +50,7 @@ def stop_then_resume(tmp_path: Path, script: Path, stop_step: int) -> tuple[int,
     return stopped_at, second.stdout
 
 
+@pytest.mark.training
 def test_lightning_run_resumes_from_the_mirrored_last_ckpt(tmp_path: Path) -> None:
     pytest.importorskip("lightning", reason="lightning is in the ml extra (pulled in by test)")
     total = 5 * 8  # epochs x batches
@@ -61,6 +62,7 @@ def test_lightning_run_resumes_from_the_mirrored_last_ckpt(tmp_path: Path) -> No
     assert f"finished {total}" in output
 
 
+@pytest.mark.training
 def test_hf_trainer_run_resumes_from_the_mirrored_checkpoint_dir(tmp_path: Path) -> None:
     pytest.importorskip(
         "transformers", reason="transformers is in the ml extra (pulled in by test)"
