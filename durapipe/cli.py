@@ -164,7 +164,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from durapipe.compiler import submit
+    from durapipe.cluster import submit
 
     command: int = getattr(submit, args.command)(args)
     return command
@@ -273,7 +273,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                        "Succeeded, 1 Failed, 2 Error. Needs the `cluster` "
                                        "extra.")
     if command in (None, "submit", "status", "watch"):
-        from durapipe.compiler import submit as submit_cli
+        from durapipe.cluster import submit as submit_cli
 
         submit_cli.add_submit_arguments(submit_)
         submit_cli.add_status_arguments(status)

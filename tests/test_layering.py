@@ -78,7 +78,7 @@ def test_check_and_compile_import_no_validation_library_and_not_hera() -> None:
 
 def test_only_the_cluster_module_imports_the_kubernetes_client() -> None:
     """The runtime stays standard-library only and the dsl never talks to a cluster: the
-    `cluster` extra is optional, imported by one module of the compiler when a command runs."""
+    `cluster` extra is optional, imported by one module (cluster/api.py) when a command runs."""
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         top_level = {alias.name.split(".")[0] for node in tree.body
@@ -86,7 +86,7 @@ def test_only_the_cluster_module_imports_the_kubernetes_client() -> None:
         top_level |= {node.module.split(".")[0] for node in tree.body
                       if isinstance(node, ast.ImportFrom) and node.module}
         assert "kubernetes" not in top_level, path
-        if path.relative_to(PACKAGE).as_posix() != "compiler/cluster.py":
+        if path.relative_to(PACKAGE).as_posix() != "cluster/api.py":
             assert "kubernetes" not in {m.split(".")[0] for m in _module_imports(path)}, path
 
 
@@ -144,3 +144,11 @@ def test_no_import_cycle_inside_the_compiler() -> None:
         if name not in state:
             visit(name, [])
     assert graph["argo_stage"] and "argo_stage" not in graph["argo_jobset"]
+
+
+def test_the_cluster_layer_sits_above_the_compiler() -> None:
+    """`durapipe submit/status/watch` read what the compiler wrote (its names and markers) and
+    compile before submitting; the compiler, the dsl and the runtime never talk to a cluster."""
+    assert _durapipe_parts(_imports("cluster")) <= {"cluster", "compiler", "dsl", "runtime"}
+    for part in ("compiler", "dsl", "runtime", "runner"):
+        assert "cluster" not in _durapipe_parts(_imports(part)), part

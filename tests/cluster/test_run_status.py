@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from durapipe.compiler import run_status
-from durapipe.compiler.run_status import Budget, interpret, verdict_of
+from durapipe.cluster import run_status
+from durapipe.cluster.run_status import Budget, interpret, verdict_of
 from tests.cluster.record_workflows import cases, load_recorded, run_case
 
 

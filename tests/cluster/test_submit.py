@@ -199,8 +199,8 @@ def test_watch_follows_events_and_exits_with_the_end_phase(
 def test_on_a_terminal_watch_redraws_its_table_in_place() -> None:
     import io
 
-    from durapipe.compiler import run_status
-    from durapipe.compiler.submit import Display
+    from durapipe.cluster import run_status
+    from durapipe.cluster.submit import Display
 
     out = io.StringIO()
     display = Display(out, tty=True)

@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from durapipe.compiler import run_status
-from durapipe.compiler.cluster import Cluster, ClusterError, Expired, connect
+from durapipe.cluster import run_status
+from durapipe.cluster.api import Cluster, ClusterError, Expired, connect
 
 #: Seconds a watch request asks the server to keep it open before it is renewed.
 WATCH_TIMEOUT_S = 300
