@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from durapipe import __version__
+from durapipe.files import write_atomic
 
 if TYPE_CHECKING:
     from durapipe.dsl.diagnostics import Diagnostic
@@ -99,35 +100,9 @@ def cmd_fmt(args: argparse.Namespace) -> int:
             print(f"{path} is not formatted", file=sys.stderr)
             status = 1
             continue
-        _atomic_write(path, formatted)
+        write_atomic(path, formatted)
         print(f"formatted {path}", file=sys.stderr)
     return status
-
-
-def _atomic_write(path: str, text: str) -> None:
-    """Replace ``path`` so that a crash leaves either the old or the new file, never half."""
-    _atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _atomic_write_bytes(path: str, data: bytes) -> None:
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".durapipe-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        try:
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from durapipe.compiler.options import ARGO_VERSIONS
+from durapipe.files import write_atomic
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -307,23 +308,6 @@ def run(args: argparse.Namespace) -> int:
     for path, text in files.items():
         write_atomic(Path(path), text)
     return 0
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write-then-rename, so that a reader (or an interrupted run) never sees half a file."""
-    if path.exists() and not path.is_file():
-        # A device or pipe (`-o /dev/null`) is written through: renaming a file onto it
-        # replaces the device itself (run as root, /dev/null became a regular file).
-        with open(path, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8", newline="\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 __all__ = ["add_arguments", "run"]

@@ -29,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
         data = svg
     if args.output:
-        from durapipe.cli import _atomic_write_bytes
+        from durapipe.files import write_atomic
 
-        _atomic_write_bytes(args.output, data)
+        write_atomic(args.output, data)
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from durapipe.files import write_atomic
 
 
 @dataclass
@@ -71,19 +72,7 @@ def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
     ``durable`` also survives power loss (fsync); progress updates skip it, as they are
     superseded within seconds and fsync costs milliseconds each.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True), durable=durable)
 
 
 def runs_dir(home: Path) -> Path:
