@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from durapipe.cluster import run_status
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect
+from durapipe.dsl.arguments import parse_assignments
 
 #: Seconds a watch request asks the server to keep it open before it is renewed.
 WATCH_TIMEOUT_S = 300
@@ -38,7 +39,7 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".pipe, builder .py, or compiled .yaml/.json to submit")
     parser.add_argument("--template", metavar="NAME",
                         help="start a run of the WorkflowTemplate NAME already on the cluster")
-    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
                         help="set a pipeline parameter (repeatable)")
     _add_connection(parser)
 
@@ -56,17 +57,6 @@ def _fail(message: str) -> int:
 
 
 # -- submit -----------------------------------------------------------------------------------
-
-
-def parse_parameters(items: Sequence[str]) -> dict[str, str] | str:
-    """``-p key=value`` pairs, or the message saying which one is malformed."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            return f"-p {item!r}: expected KEY=VALUE"
-        out[key] = value
-    return out
 
 
 def declared_parameters(spec: Mapping[str, Any]) -> list[str]:
@@ -159,7 +149,7 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
 
 
 def submit(args: argparse.Namespace) -> int:
-    given = parse_parameters(args.parameter)
+    given = parse_assignments(args.parameter)
     if isinstance(given, str):
         print(f"durapipe submit: {given}", file=sys.stderr)
         return 2

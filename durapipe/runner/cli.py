@@ -40,6 +40,7 @@ def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from durapipe.dsl import diagnostics as dg
     from durapipe.dsl import load_path
+    from durapipe.dsl.arguments import parse_assignments
     from durapipe.runner.engine import Fault, RunError, Runner, RunOptions
     from durapipe.runner.view import View, summary
 
@@ -47,13 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if result.pipeline is None:
         print(dg.render(result.diagnostics), file=sys.stderr)
         return 1
-    params = {}
-    for item in args.param:
-        name, sep, value = item.partition("=")
-        if not sep:
-            print(f"durapipe run: -p expects NAME=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        params[name] = value
+    params = parse_assignments(args.param)
+    if isinstance(params, str):
+        print(f"durapipe run: {params}", file=sys.stderr)
+        return 2
     try:
         faults = [Fault.parse("preempt", f) for f in args.preempt] + \
                  [Fault.parse("kill", f) for f in args.kill]

@@ -158,7 +158,7 @@ def test_submit_compiled_templates_applies_them_then_runs_the_entry(
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(capsys, "submit")[0] == 2
     code, _, err = run(capsys, "submit", "--template", "t", "-p", "novalue")
-    assert code == 2 and "expected KEY=VALUE" in err
+    assert code == 2 and "expected NAME=VALUE" in err
 
 
 def test_status_prints_stages_and_json(api: FakeApi, tmp_path: Path,

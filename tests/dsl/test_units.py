@@ -83,3 +83,16 @@ def test_amounts_stop_where_kubernetes_and_go_stop(
 def test_cpu_rejects_non_finite_numbers(bad: float) -> None:
     with pytest.raises(units.UnitError, match="is not a CPU amount"):
         units.parse_millicpu(bad)
+
+
+@pytest.mark.parametrize(("items", "expected"), [
+    (["lr=0.1", "name=a=b", "lr=0.2"], {"lr": "0.2", "name": "a=b"}),
+    (["empty="], {"empty": ""}),
+    (["=x"], "-p '=x': expected NAME=VALUE"),
+    (["novalue"], "-p 'novalue': expected NAME=VALUE"),
+])
+def test_one_parser_reads_p_for_run_and_submit(items: list[str],
+                                               expected: dict[str, str] | str) -> None:
+    from durapipe.dsl.arguments import parse_assignments
+
+    assert parse_assignments(items) == expected
