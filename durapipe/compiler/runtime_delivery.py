@@ -64,9 +64,3 @@ def configmap(ctx: Context) -> Json:
         "binaryData": {contract.RUNTIME_ZIPAPP_NAME: base64.b64encode(data).decode("ascii")},
     }
 
-
-def is_runtime_object(doc: Json) -> bool:
-    labels = doc.get("metadata", {}).get("labels", {})
-    return bool(doc.get("kind") == "ConfigMap" and
-                labels.get("app.kubernetes.io/component") == COMPONENT[
-                    "app.kubernetes.io/component"])
