@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from durapipe.runtime.cgroup import MemoryCgroup
+
 _V2_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 _V1_ROOT = "/sys/fs/cgroup/memory"
 _PARENT = "durapipe"
@@ -27,19 +29,9 @@ class AttemptCgroup:
         return str(self.path / "cgroup.procs")
 
     def oom_kills(self) -> int:
-        """How many processes the kernel killed for exceeding this cgroup's limit."""
-        try:
-            if self.version == 2:
-                text = (self.path / "memory.events").read_text()
-            else:
-                text = (self.path / "memory.oom_control").read_text()
-        except OSError:
-            return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
+        """How many processes the kernel killed for exceeding this cgroup's limit (0 where the
+        counter cannot be read: the runtime's reader, which the pod uses too)."""
+        return MemoryCgroup(self.path, self.version).oom_kills() or 0
 
     def remove(self) -> None:
         """Delete the cgroup once its processes are gone (retries briefly while they exit)."""

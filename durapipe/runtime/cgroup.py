@@ -135,10 +135,6 @@ def _candidates(point: str, root: str, path: str, version: int) -> list[MemoryCg
     ]
 
 
-def read_oom_kills(cgroup: MemoryCgroup | None) -> int | None:
-    return cgroup.oom_kills() if cgroup is not None else None
-
-
 def memory_limit_from_env(value: str | None = None) -> int | None:
     """The limit the compiler declared (``DURAPIPE_MEMORY_LIMIT_BYTES``), if any."""
     from durapipe.runtime import contract
