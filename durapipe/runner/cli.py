@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     import time
 
-    from durapipe.runner.records import list_runs
+    from durapipe.runner.records import SUCCESSFUL, list_runs
 
     records = list_runs(Path(args.home))
     if not records:
@@ -106,7 +106,7 @@ def runs(args: argparse.Namespace) -> int:
     for record in records:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.started))
         took = (record.finished - record.started) if record.finished else 0.0
-        ok = sum(s.status in ("succeeded", "cached", "reused") for s in record.stages.values())
+        ok = sum(s.status in SUCCESSFUL for s in record.stages.values())
         print(f"{record.run_id:<48} {record.status:<12} {started:<20} {took:>8.1f}  "
               f"{ok}/{len(record.stages)} ok")
     return 0

@@ -39,6 +39,7 @@ from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stag
 from durapipe.runner import policy
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
+    SUCCESSFUL,
     AttemptRecord,
     RunRecord,
     StageRecord,
@@ -201,7 +202,7 @@ class Runner:
                 for name in finished:
                     active.pop(name).join()
                     status = self.record.stages[name].status
-                    (done if status in ("succeeded", "cached", "reused") else failed).add(name)
+                    (done if status in SUCCESSFUL else failed).add(name)
                 finished.clear()
             for stage in list(pending):
                 if deps[stage.name] & failed or self._stop.is_set():
@@ -223,7 +224,7 @@ class Runner:
                     wake.wait(0.5)
         statuses = {r.status for r in self.record.stages.values()}
         self.record.status = ("interrupted" if self._stop.is_set() else
-                              "failed" if statuses - {"succeeded", "cached", "reused"} else
+                              "failed" if statuses - SUCCESSFUL else
                               "succeeded")
         self.record.finished = time.time()
         self._save(durable=True)
@@ -251,7 +252,7 @@ class Runner:
         started = time.monotonic()
         if self.resumed is not None:
             previous = self.resumed.stages.get(stage.name)
-            if previous is not None and previous.status in ("succeeded", "cached", "reused") \
+            if previous is not None and previous.status in SUCCESSFUL \
                     and all(Path(p).exists() for p in previous.outputs.values()):
                 record.status, record.outputs = "reused", dict(previous.outputs)
                 record.output_hashes = dict(previous.output_hashes)

@@ -28,6 +28,10 @@ class AttemptRecord:
     #: The last lines of a failed attempt's output (stdout and stderr), for the summary.
     tail: str = ""
 
+#: The stage statuses that give downstream stages their inputs: ran, found in the cache, or
+#: taken from the run being resumed.
+SUCCESSFUL = frozenset({"succeeded", "cached", "reused"})
+
 
 @dataclass
 class StageRecord:
