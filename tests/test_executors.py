@@ -74,8 +74,9 @@ def test_backoff_is_capped_by_default_and_spaces_application_retries_both_ways()
     # Argo: a wait task before each application retry, none inside a task (a leaf's backoff
     # would also delay every failure that leaves the task).
     assert "backoff" not in run_by(ts, "train-app-0")[0].get("retryStrategy", {})
-    assert ts["train-backoff"]["suspend"] == {"duration": "{{inputs.parameters.duration}}"}
+    assert ts["durapipe-wait"]["suspend"] == {"duration": "{{inputs.parameters.duration}}"}
     dag = {t["name"]: t for t in ts["train"]["dag"]["tasks"]}
+    assert {dag[f"train-app-{k}-backoff"]["template"] for k in range(12)} == {"durapipe-wait"}
     argo = [units.parse_seconds(dag[f"train-app-{k}-backoff"]["arguments"]["parameters"][0][
         "value"]) for k in range(12)]
     assert [dag[f"train-app-{k}"]["depends"] for k in (1, 12)] == [

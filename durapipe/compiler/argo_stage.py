@@ -57,6 +57,9 @@ class LoweredStage:
     templates: list[Json]
     #: Input parameter names of the stage's template, by (upstream stage, output).
     hash_inputs: dict[tuple[str, str], str]
+    #: Names of the pod-less templates it uses that every stage shares (``SHARED_TEMPLATES``):
+    #: each document holds one copy of those its stages use.
+    shared: frozenset[str] = frozenset()
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -394,9 +397,15 @@ def join_name(task: str) -> str:
     return f"{task}-done"
 
 
-def join_template(task: str) -> Json:
-    """A pod-less no-op (a zero-length suspend) that succeeds when any variant did."""
-    return {"name": join_name(task), "suspend": {"duration": "0"}}
+#: Pod-less templates that hold nothing of a stage, so one copy serves every stage of a
+#: document: the join (a zero-length suspend that succeeds when any variant did) and the
+#: backoff wait (a suspend for its ``duration`` parameter, requeued by the controller itself).
+SHARED_TEMPLATES: dict[str, Json] = {
+    naming.JOIN_TEMPLATE: {"name": naming.JOIN_TEMPLATE, "suspend": {"duration": "0"}},
+    naming.WAIT_TEMPLATE: {"name": naming.WAIT_TEMPLATE,
+                           "inputs": {"parameters": [{"name": "duration"}]},
+                           "suspend": {"duration": "{{inputs.parameters.duration}}"}},
+}
 
 
 def oom_exhausted_name(task: str) -> str:
@@ -439,12 +448,6 @@ def backoff_name(task: str) -> str:
     return f"{task}-backoff"
 
 
-def backoff_template(task: str) -> Json:
-    """A pod-less wait (a suspend with a duration) that the controller requeues itself for."""
-    return {"name": backoff_name(task), "inputs": {"parameters": [{"name": "duration"}]},
-            "suspend": {"duration": "{{inputs.parameters.duration}}"}}
-
-
 def waits(plan: StagePlan) -> dict[str, TaskPlan]:
     """Failed task -> the application attempt that runs after its backoff."""
     if plan.budgets.backoff is None:
@@ -456,7 +459,7 @@ def waits(plan: StagePlan) -> dict[str, TaskPlan]:
 def backoff_task(plan: StagePlan, failed: str, then: TaskPlan) -> Json:
     assert plan.budgets.backoff is not None
     wait = units.format_seconds(int(plan.budgets.backoff.wait(then.app_attempt)))
-    return {"name": backoff_name(failed), "template": backoff_name(plan.task),
+    return {"name": backoff_name(failed), "template": naming.WAIT_TEMPLATE,
             "depends": f"{failed}.Failed || {failed}.Errored",
             "when": "{{=" + condition(plan, Pred(failed, "app_failure")) + "}}",
             "arguments": {"parameters": [{"name": "duration", "value": wait}]}}
@@ -538,7 +541,7 @@ def grid_tasks(ctx: Context, plan: StagePlan, pods: PodTemplates) -> list[Json]:
     # a rung that failed before a later rung succeeded would fail the stage.
     tasks.append({
         "name": join_name(plan.task),
-        "template": join_name(plan.task),
+        "template": naming.JOIN_TEMPLATE,
         "depends": " || ".join(
             [f"{n}.Succeeded" for n in names]
             + ([f"{exhausted}.Succeeded"] if plan.has_ladder else [])),
@@ -666,11 +669,9 @@ def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
     hash_inputs = hash_inputs_of(plan)
     pods = pod_templates(ctx, plan, hash_inputs)
     extra = [oom_exhausted_template(ctx, plan)] if plan.has_ladder else []
-    if waits(plan):
-        extra.append(backoff_template(plan.task))
-    extra.append(join_template(plan.task))
+    shared = {naming.JOIN_TEMPLATE} | ({naming.WAIT_TEMPLATE} if waits(plan) else set())
     return LoweredStage(plan, [grid_template(ctx, plan, hash_inputs, pods), *pods.templates,
-                               *extra], hash_inputs)
+                               *extra], hash_inputs, frozenset(shared))
 
 
 def lower_distributed(ctx: Context, plan: StagePlan) -> LoweredStage:

@@ -11,13 +11,14 @@ ends ``Error``).  Data crossing a cut travels as the child's global output param
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from durapipe.compiler import naming
 from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
-from durapipe.compiler.argo_stage import LoweredStage
+from durapipe.compiler.argo_stage import SHARED_TEMPLATES, LoweredStage
 from durapipe.compiler.argo_text import artifact_input_name, hash_param_name
 from durapipe.compiler.context import Context
 from durapipe.compiler.plan import param_value
@@ -104,6 +105,7 @@ def local_refs(output: str, task: str) -> tuple[str, str]:
 def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
     # name -> (who made it, the stage's index: None for the entrypoint)
     seen: dict[str, tuple[str, int | None]] = {naming.ENTRYPOINT: ("the entrypoint DAG", None)}
+    seen.update((name, ("a template every stage shares", None)) for name in SHARED_TEMPLATES)
     for item in lowered:
         for template in item.templates:
             name = str(template["name"])
@@ -195,7 +197,13 @@ def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[
     templates: list[Json] = [{"name": naming.ENTRYPOINT, "dag": {"tasks": tasks}}]
     for item in lowered:
         templates.extend(item.templates)
-    return [document(ctx, kind, templates)]
+    return [document(ctx, kind, templates + shared_templates(lowered))]
+
+
+def shared_templates(lowered: list[LoweredStage]) -> list[Json]:
+    """One copy of each shared template the stages use, last and in a fixed order."""
+    used = set().union(*(item.shared for item in lowered))
+    return [copy.deepcopy(t) for name, t in SHARED_TEMPLATES.items() if name in used]
 
 
 def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredStage]]:
@@ -203,14 +211,18 @@ def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredS
     budget_tasks = ctx.options.max_tasks
     parts: list[list[LoweredStage]] = [[]]
     count = nbytes = 0
+    shared: set[str] = set()  # the shared templates the part holds, one copy each
     for item in lowered:
-        size = len(item.templates)
+        size = len(item.templates) + len(item.shared - shared)
         item_bytes = len(json.dumps(item.templates, separators=(",", ":")))
         if parts[-1] and (count + size > budget_templates or len(parts[-1]) >= budget_tasks
                           or nbytes + item_bytes > MAX_PART_BYTES):
             parts.append([])
             count = nbytes = 0
+            shared = set()
+            size = len(item.templates) + len(item.shared)
         parts[-1].append(item)
+        shared |= item.shared
         count += size
         nbytes += item_bytes
     return parts
@@ -329,6 +341,7 @@ def part_document(ctx: Context, i: int, part: list[LoweredStage], cuts: Cuts,
     templates = [child_entry(cuts, i), dag]
     for item in part:
         templates.extend(item.templates)
+    templates.extend(shared_templates(part))
     meta = metadata(ctx, "WorkflowTemplate", naming.part_name(ctx.pipeline.name, i))
     meta["labels"] = dict(sorted({**meta["labels"], LABEL_PART: str(i)}.items()))
     return {"apiVersion": API_VERSION, "kind": "WorkflowTemplate", "metadata": meta,
@@ -454,7 +467,7 @@ def check_sizes(ctx: Context, documents: list[Json]) -> None:
 
 def assemble(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     check_names(ctx, lowered)
-    n_templates = 1 + sum(len(item.templates) for item in lowered)
+    n_templates = 1 + sum(len(item.templates) for item in lowered) + len(shared_templates(lowered))
     if n_templates <= ctx.options.max_templates and len(lowered) <= ctx.options.max_tasks:
         documents = single_object(ctx, kind, lowered)
     else:

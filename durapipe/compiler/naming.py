@@ -18,7 +18,10 @@ GENERATE_NAME_SUFFIX = 5
 
 #: Names the compiler itself uses for templates in every object.
 ENTRYPOINT = "main"
-RESERVED_TEMPLATE_NAMES = frozenset({ENTRYPOINT})
+#: The pod-less templates every stage of a document shares (argo_stage.SHARED_TEMPLATES).
+JOIN_TEMPLATE = "durapipe-join"
+WAIT_TEMPLATE = "durapipe-wait"
+RESERVED_TEMPLATE_NAMES = frozenset({ENTRYPOINT, JOIN_TEMPLATE, WAIT_TEMPLATE})
 
 
 def slug(text: str) -> str:

@@ -243,7 +243,9 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
     assert "ran out of memory at every size" in exhausted["command"][2]
     assert "256Gi, 512Gi, 1Ti" in exhausted["command"][2]
     assert exhausted["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert ts["train-done"] == {"name": "train-done", "suspend": {"duration": "0"}}
+    # The join is pod-less and holds nothing of the stage: one template serves every stage.
+    assert ts["durapipe-join"] == {"name": "durapipe-join", "suspend": {"duration": "0"}}
+    assert [t["template"] for t in grid if t["name"] == "train-done"] == ["durapipe-join"]
 
 
 def test_checkpoint_uri_is_keyed_by_run_or_pipeline_and_stage_never_attempt() -> None:
@@ -747,3 +749,18 @@ def test_jobset_conditions_are_the_ones_argo_executor_evaluates_in_the_harness()
     text = scenario.read_text(encoding="utf-8")
     assert f"successCondition: {jobset.SUCCESS_CONDITION}\n" in text
     assert f"failureCondition: {jobset.FAILURE_CONDITION}\n" in text
+
+
+def test_stages_share_one_wait_and_one_join_and_a_stage_cannot_take_their_names() -> None:
+    retrying = Retry(attempts=2, backoff=30)
+    p = pipeline(stage("a", retry=retrying), stage("durapipe-wait", retry=retrying),
+                 stage("durapipe-join", retry=retrying))
+    (doc,) = compiled(p).documents
+    names = [t["name"] for t in doc["spec"]["templates"]]
+    # One copy of each, after every stage's own templates.
+    assert names.count("durapipe-wait") == names.count("durapipe-join") == 1
+    assert names[-2:] == ["durapipe-join", "durapipe-wait"]
+    assert {"stage-durapipe-wait", "stage-durapipe-join"} <= set(names)
+    main = {t["name"]: t for t in doc["spec"]["templates"]}["main"]
+    assert [t["name"] for t in main["dag"]["tasks"]] == [
+        "a", "stage-durapipe-wait", "stage-durapipe-join"]
