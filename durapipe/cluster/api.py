@@ -2,14 +2,25 @@
 
 The only module that imports the ``kubernetes`` client (the ``cluster`` extra), and only when a
 command runs.  Every failure of the client (no kubeconfig, an API server that does not answer,
-a missing object, RBAC) becomes a ``ClusterError`` carrying one sentence for the user; nothing
-of the client's exception types leaks past this module.
+a missing object, RBAC, an answer that is not what the API promises) becomes a
+``ClusterError`` carrying one sentence for the user; nothing of the client's exception types
+leaks past this module.
+
+Every request is bounded: ``CONNECT_TIMEOUT_S`` to connect, ``READ_TIMEOUT_S`` of silence, and
+``REQUEST_DEADLINE_S`` in all, which stops a server that answers a byte at a time (per-read
+timeouts never fire on one).  The deadline is a ``SIGALRM`` timer, so it needs the main thread
+of a POSIX process (the command line always is); elsewhere the two timeouts still bound a
+server that says nothing.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -19,9 +30,68 @@ PLURALS = {"Workflow": "workflows", "WorkflowTemplate": "workflowtemplates",
            "CronWorkflow": "cronworkflows"}
 T = TypeVar("T")
 
+#: Seconds to wait for the TCP connection to the API server.
+CONNECT_TIMEOUT_S = 10.0
+#: Seconds the API server may stay silent during a request before it is given up.
+READ_TIMEOUT_S = 30.0
+#: Seconds one request may take in all, however its answer trickles in.
+REQUEST_DEADLINE_S = 60.0
+#: Seconds a watch may stay silent past the timeout it asked the server for (after which the
+#: server ends it): longer, the connection is dead.  A watch still running as long again
+#: after that is a server that does not end it.
+WATCH_SILENCE_S = 15.0
+#: HTTP statuses that say "try again later" (overload, a restarting API server or proxy).
+_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: What the client raises on an answer it cannot parse (not JSON, an unknown charset, an event
+#: without a type, JSON nested deeper than the parser goes).
+_MALFORMED = (ValueError, LookupError, TypeError, RecursionError)
+
 
 class ClusterError(Exception):
-    """A failure to report as one line (and exit 1), never as a traceback."""
+    """A failure to report as one line (and exit 1), never as a traceback.
+
+    ``status`` is the HTTP status where the server gave one; ``transient`` says that the same
+    request may well succeed later (the server unreachable or too slow, a 5xx), which is what
+    `durapipe watch` reconnects on."""
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 transient: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+class _DeadlinePassed(BaseException):
+    """Raised by the ``SIGALRM`` handler into a request that ran past its deadline: a
+    BaseException, so that no ``except Exception`` in the client swallows it (the client's
+    own cleanup still closes the connection)."""
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise ``_DeadlinePassed`` in the body once ``seconds`` have passed."""
+    if seconds <= 0:
+        raise _DeadlinePassed()
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not \
+            threading.main_thread():
+        yield
+        return
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise _DeadlinePassed()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    started = time.monotonic()
+    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+        if outer_delay:  # someone else's timer was running: let it go on
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(outer_delay - (time.monotonic() - started), 0.001),
+                             outer_interval)
 
 
 def _client_module() -> Any:
@@ -43,35 +113,78 @@ class Cluster:
     server: str
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)``, its client exceptions turned into a ``ClusterError``
-        that names ``what`` was being done."""
+        """``fn(*args, **kwargs)`` within the timeouts and the deadline, its client exceptions
+        turned into a ``ClusterError`` that names ``what`` was being done."""
+        kwargs.setdefault("_request_timeout", (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        deadline_s = REQUEST_DEADLINE_S
         try:
-            return fn(*args, **kwargs)
+            with _deadline(deadline_s):
+                return fn(*args, **kwargs)
+        except _DeadlinePassed:
+            raise self._late(what, deadline_s) from None
         except Exception as exc:
             raise self.translate(what, exc) from None
 
-    def translate(self, what: str, exc: Exception) -> Exception:
+    def translate(self, what: str, exc: Exception,
+                  read_timeout_s: float | None = None) -> Exception:
         """The ``ClusterError`` for one of the client's exceptions; anything else unchanged."""
+        import http.client
+
+        import urllib3
+
         kubernetes = _client_module()
         if isinstance(exc, kubernetes.client.exceptions.ApiException):
-            return ClusterError(self._api_message(what, exc))
-        name = type(exc).__name__
-        # urllib3's MaxRetryError, NewConnectionError, ProtocolError; TLS failures.
-        if any(part in name for part in ("MaxRetry", "Connection", "SSL", "Protocol")) or \
-                isinstance(exc, OSError):
+            status = exc.status if isinstance(exc.status, int) else None
+            return ClusterError(self._api_message(what, exc), status=status,
+                                transient=status in _TRANSIENT_STATUSES)
+        if isinstance(exc, (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)):
+            return self._network_error(what, exc, read_timeout_s or READ_TIMEOUT_S)
+        if isinstance(exc, _MALFORMED):
+            return ClusterError(
+                f"the API server at {self.server} sent an answer durapipe cannot read while "
+                f"trying to {what} ({type(exc).__name__}: {_short(exc)})")
+        return exc
+
+    def _network_error(self, what: str, exc: Exception, read_timeout_s: float) -> ClusterError:
+        import urllib3
+
+        errors = urllib3.exceptions
+        # MaxRetryError says what went wrong in ``reason``.
+        cause = exc.reason if isinstance(exc, errors.MaxRetryError) and exc.reason else exc
+        if isinstance(cause, errors.ReadTimeoutError) or (
+                isinstance(cause, TimeoutError) and not isinstance(cause, errors.HTTPError)):
+            return ClusterError(
+                f"the Kubernetes API server at {self.server} did not answer within "
+                f"{read_timeout_s:g} s while trying to {what}", transient=True)
+        if isinstance(cause, errors.ConnectTimeoutError) and not isinstance(
+                cause, errors.NewConnectionError):
             return ClusterError(
                 f"cannot reach the Kubernetes API server at {self.server} while trying to "
-                f"{what}: {_short(exc)}")
-        return exc
+                f"{what}: no connection within {CONNECT_TIMEOUT_S:g} s", transient=True)
+        return ClusterError(
+            f"cannot reach the Kubernetes API server at {self.server} while trying to "
+            f"{what}: {_short(exc)}", transient=True)
+
+    def _late(self, what: str, deadline_s: float) -> ClusterError:
+        return ClusterError(
+            f"no complete answer from the Kubernetes API server at {self.server} within "
+            f"{deadline_s:g} s while trying to {what} (it answers too slowly, or only in "
+            "part)", transient=True)
 
     def _api_message(self, what: str, exc: Any) -> str:
         status = getattr(exc, "status", None)
-        detail = _short(exc)
+        detail = str(getattr(exc, "reason", "") or _short(exc))  # the HTTP reason phrase
         try:
             body = json.loads(exc.body or "{}")
-            detail = str(body.get("message") or detail)
-        except (TypeError, ValueError):
-            pass
+        except (TypeError, ValueError, RecursionError):
+            body = None
+        if isinstance(body, Mapping) and body.get("message"):
+            detail = str(body["message"])
+        if not status:
+            # The client's own refusal of the answer (a content type it does not read, TLS).
+            reason = ": ".join(detail.splitlines())
+            return f"no usable answer from the Kubernetes API server at {self.server} while " \
+                   f"trying to {what}: {reason[:300]}"
         if status == 401:
             return f"the API server at {self.server} refused the credentials of this kubeconfig " \
                    f"while trying to {what}: {detail}"
@@ -83,46 +196,48 @@ class Cluster:
                    "Argo's CRDs installed and the name right?"
         return f"cannot {what}: {detail} (HTTP {status})"
 
+    def _object(self, what: str, answer: object) -> dict[str, Any]:
+        """``answer`` if it is a JSON object, as every answer of the API is."""
+        if not isinstance(answer, dict):
+            raise ClusterError(
+                f"the API server at {self.server} answered `{what}` with something that is "
+                f"not a Kubernetes object: {_excerpt(answer)}")
+        return answer
+
     # -- the objects ----------------------------------------------------------------------
 
     def _custom(self) -> Any:
         return _client_module().client.CustomObjectsApi(self.api)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.call(
-            f"get {kind} {name}", self._custom().get_namespaced_custom_object,
-            GROUP, VERSION, self.namespace, PLURALS[kind], name)
-        return result
+        what = f"get {kind} {name}"
+        return self._object(what, self.call(
+            what, self._custom().get_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURALS[kind], name))
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         kind = str(body["kind"])
         name = body["metadata"].get("name") or body["metadata"].get("generateName", "") + "*"
-        result: dict[str, Any] = self.call(
-            f"create {kind} {name}", self._custom().create_namespaced_custom_object,
-            GROUP, VERSION, self.namespace, PLURALS[kind], dict(body))
-        return result
+        what = f"create {kind} {name}"
+        return self._object(what, self.call(
+            what, self._custom().create_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURALS[kind], dict(body)))
 
     def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create ``body`` or replace the object of its name (templates, cron workflows)."""
-        kubernetes = _client_module()
         kind, name = str(body["kind"]), str(body["metadata"]["name"])
-        custom = self._custom()
         try:
-            current = custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURALS[kind], name)
-        except kubernetes.client.exceptions.ApiException as exc:
+            current = self.get(kind, name)
+        except ClusterError as exc:
             if exc.status != 404:
-                raise self.translate(f"get {kind} {name}", exc) from None
+                raise
             return self.create(body)
-        except Exception as exc:
-            raise self.translate(f"get {kind} {name}", exc) from None
         replaced = dict(body)
-        replaced["metadata"] = {**body["metadata"],
-                                "resourceVersion": current["metadata"]["resourceVersion"]}
-        result: dict[str, Any] = self.call(
-            f"replace {kind} {name}", custom.replace_namespaced_custom_object,
-            GROUP, VERSION, self.namespace, PLURALS[kind], name, replaced)
-        return result
+        replaced["metadata"] = {**body["metadata"], "resourceVersion": resource_version(current)}
+        what = f"replace {kind} {name}"
+        return self._object(what, self.call(
+            what, self._custom().replace_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURALS[kind], name, replaced))
 
     def ensure_core(self, body: Mapping[str, Any]) -> None:
         """Create a core object the pipeline's pods need (the runtime's ConfigMap) unless one
@@ -135,49 +250,68 @@ class Cluster:
                                "apply them with kubectl or your GitOps tool")
         core = kubernetes.client.CoreV1Api(self.api)
         try:
-            getattr(core, create)(self.namespace, dict(body))
-        except kubernetes.client.exceptions.ApiException as exc:
+            self.call(f"create {kind} {name}", getattr(core, create), self.namespace, dict(body))
+        except ClusterError as exc:
             if exc.status != 409:
-                raise self.translate(f"create {kind} {name}", exc) from None
-        except Exception as exc:
-            raise self.translate(f"create {kind} {name}", exc) from None
+                raise
 
     def watch_workflow(self, name: str, resource_version: str,
                        timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) for the named Workflow from ``resource_version`` on, until the
         server ends the watch (after ``timeout_s``) or the version expires (HTTP 410, raised as
-        ``Expired``)."""
+        ``Expired``).  Silence ``WATCH_SILENCE_S`` past that, or a watch still running twice
+        as long past it, is a dead connection (a transient ``ClusterError``)."""
         kubernetes = _client_module()
+        what = f"watch Workflow {name}"
+        silence_s = timeout_s + WATCH_SILENCE_S
         watcher = kubernetes.watch.Watch()
         stream = watcher.stream(
             self._custom().list_namespaced_custom_object, GROUP, VERSION, self.namespace,
             "workflows", field_selector=f"metadata.name={name}",
             resource_version=resource_version, timeout_seconds=timeout_s,
-            allow_watch_bookmarks=True)
+            allow_watch_bookmarks=True, _request_timeout=(CONNECT_TIMEOUT_S, silence_s))
         try:
-            for event in self._guarded(f"watch Workflow {name}", stream):
-                kind, obj = str(event["type"]), event["object"]
+            for event in self._guarded(what, stream, silence_s + WATCH_SILENCE_S, silence_s):
+                kind, obj = self._event(what, event)
                 if kind == "ERROR":
-                    if isinstance(obj, Mapping) and obj.get("code") == 410:
+                    if obj.get("code") == 410:
                         raise Expired()
-                    raise ClusterError(f"watching Workflow {name} failed: {obj}")
+                    raise ClusterError(f"watching Workflow {name} failed: {_excerpt(obj)}")
                 yield kind, obj
         finally:
             watcher.stop()
 
-    def _guarded(self, what: str, stream: Iterator[T]) -> Iterator[T]:
+    def _event(self, what: str, event: object) -> tuple[str, dict[str, Any]]:
+        """(type, object) of one event of the watch stream, as the API defines them."""
+        if not isinstance(event, Mapping):  # the client yields ``None`` for a line not JSON
+            raise ClusterError(f"the API server at {self.server} sent a line that is not a JSON "
+                               f"event while trying to {what}")
+        kind, obj = event.get("type"), event.get("object")
+        if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR") or \
+                not isinstance(obj, dict):
+            raise ClusterError(f"the API server at {self.server} sent a watch event that is "
+                               f"not one while trying to {what}: type {_excerpt(kind)}, "
+                               f"object {_excerpt(obj)}")
+        return str(kind), obj
+
+    def _guarded(self, what: str, stream: Iterator[T], deadline_s: float,
+                 read_timeout_s: float) -> Iterator[T]:
         kubernetes = _client_module()
+        deadline = time.monotonic() + deadline_s
         while True:
             try:
-                item = next(stream)
+                with _deadline(deadline - time.monotonic()):
+                    item = next(stream)
             except StopIteration:
                 return
+            except _DeadlinePassed:
+                raise self._late(what, deadline_s) from None
             except kubernetes.client.exceptions.ApiException as exc:
                 if exc.status == 410:
                     raise Expired() from None
                 raise self.translate(what, exc) from None
             except Exception as exc:
-                raise self.translate(what, exc) from None
+                raise self.translate(what, exc, read_timeout_s) from None
             yield item
 
 
@@ -188,6 +322,18 @@ class Expired(Exception):
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
+
+
+def _excerpt(value: object) -> str:
+    """The start of an unexpected answer, for the message that refuses it."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """The object's ``metadata.resourceVersion``, ``""`` where it has none."""
+    meta = obj.get("metadata")
+    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
 
 
 def connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Cluster:
@@ -204,18 +350,23 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None) 
     config = kubernetes.config
     path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
         "~/.kube/config")
+    settings = kubernetes.client.Configuration()
+    # One try per request: urllib3 would try a silent server three more times, making each
+    # timeout four times as long; `watch` reconnects on its own, and says so.
+    settings.retries = 0
     try:
         if kubeconfig is None and not os.path.exists(path) and os.environ.get(
                 "KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-            api = kubernetes.client.ApiClient()
+            config.load_incluster_config(client_configuration=settings)
+            api = kubernetes.client.ApiClient(settings)
             current_ns = _incluster_namespace()
         else:
             if not os.path.exists(path):
                 raise ClusterError(
                     f"no kubeconfig: {path} does not exist; pass --kubeconfig FILE or set "
                     "KUBECONFIG")
-            api = config.new_client_from_config(config_file=path, context=context)
+            api = config.new_client_from_config(config_file=path, context=context,
+                                                client_configuration=settings)
             current_ns = _kubeconfig_namespace(config, path, context)
     except ClusterError:
         raise
@@ -245,4 +396,4 @@ def _incluster_namespace() -> str:
         return ""
 
 
-__all__ = ["Cluster", "ClusterError", "Expired", "connect"]
+__all__ = ["Cluster", "ClusterError", "Expired", "connect", "resource_version"]

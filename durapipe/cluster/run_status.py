@@ -11,6 +11,13 @@ each pod template carries the runtime contract's environment (``DURAPIPE_STAGE``
 input parameters, which every node records resolved), and the verdict the wrapper wrote is the
 pod's termination message, which Argo copies into the node's message.  Pure: no I/O, no
 Kubernetes client.
+
+The object comes from an API server, so it is checked once, on the way in, against the shape of
+everything ``interpret`` reads (``_WORKFLOW``): a part that should be an object, a list or a
+plain value and is something else raises ``MalformedWorkflow`` naming where, and the reading
+code below can trust the shape.  Its text is the workload's (a pod's termination message is
+whatever the user's program wrote), so the human rendering makes every control character
+visible (``for_terminal``) instead of letting the terminal obey it.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from durapipe.compiler import naming
 from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
 from durapipe.runtime import contract
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 Json = Mapping[str, Any]
 
@@ -33,11 +43,13 @@ ERROR = "error"
 RUNNING = "running"
 #: Node phases that end a node.
 DONE_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
-_RETRY_SUFFIX = re.compile(r"^(.*)\((\d+)\)$")
-_APP_SUFFIX = re.compile(r"-app-(\d+)$")
+# Counts and limits are bounded in digits: ``int()`` refuses a 4,300-digit string (and a
+# sum of such numbers cannot be printed), and no real count comes near 10**9.
+_RETRY_SUFFIX = re.compile(r"^(.*)\((\d{1,9})\)$")
+_APP_SUFFIX = re.compile(r"-app-(\d{1,9})$")
 _PARAM = re.compile(r"\{\{\s*inputs\.parameters\.([-A-Za-z0-9_]+)\s*\}\}")
 _RETRIES = re.compile(r"\{\{\s*retries\s*\}\}")
-_AS_INT_SUM = re.compile(r"^\{\{=\s*(.*?)\s*\}\}$")
+_AS_INT_SUM = re.compile(r"\{\{=(.*)\}\}", re.DOTALL)
 _AS_INT = re.compile(r"^asInt\((.*)\)$")
 #: ``inputs.parameters['preempted-before']``: a name expr cannot write after a dot.
 _QUOTED_PARAM = re.compile(r"^inputs\.parameters\['([-A-Za-z0-9_]+)'\]$")
@@ -105,6 +117,145 @@ class RunReport:
     @property
     def done(self) -> bool:
         return self.phase in ("Succeeded", "Failed", "Error")
+
+
+# -- the shape of what is read ----------------------------------------------------------------
+
+
+class MalformedWorkflow(ValueError):
+    """The object is not shaped like a Workflow where ``interpret`` reads it."""
+
+
+class _Shape:
+    """What one part of the object must be; ``None`` for a key passes (Argo leaves parts out,
+    and the reading code takes ``null`` for absent)."""
+
+    expected = "anything"
+    #: Whether ``null`` may stand in a list or keyed object where this is expected.
+    nullable = True
+
+    def check(self, value: object, path: str) -> None:
+        pass
+
+    def refuse(self, value: object, path: str) -> MalformedWorkflow:
+        return MalformedWorkflow(
+            f"{path or 'the Workflow'}: expected {self.expected}, got {_json_kind(value)}")
+
+
+class _Plain(_Shape):
+    """A JSON scalar: text, a number, a boolean (read with ``str()``, or compared)."""
+
+    expected = "a plain value"
+
+    def check(self, value: object, path: str) -> None:
+        if isinstance(value, (Mapping, list)):
+            raise self.refuse(value, path)
+
+
+@dataclass(frozen=True)
+class _Object(_Shape):
+    """A JSON object; of its keys, those listed are checked and the rest ignored."""
+
+    keys: Mapping[str, _Shape]
+    expected = "an object"
+    nullable = False
+
+    def check(self, value: object, path: str) -> None:
+        if not isinstance(value, Mapping):
+            raise self.refuse(value, path)
+        for key, shape in self.keys.items():
+            part = value.get(key)
+            if part is not None:
+                shape.check(part, f"{path}.{key}" if path else key)
+
+
+@dataclass(frozen=True)
+class _List(_Shape):
+    item: _Shape
+    expected = "a list"
+    nullable = False
+
+    def check(self, value: object, path: str) -> None:
+        if not isinstance(value, list):
+            raise self.refuse(value, path)
+        for i, item in enumerate(value):
+            _present(self.item, item, f"{path}[{i}]")
+
+
+@dataclass(frozen=True)
+class _ObjectOf(_Shape):
+    """A JSON object keyed by names (``status.nodes``), every value of one shape."""
+
+    value: _Shape
+    expected = "an object"
+    nullable = False
+
+    def check(self, value: object, path: str) -> None:
+        if not isinstance(value, Mapping):
+            raise self.refuse(value, path)
+        for key, item in value.items():
+            _present(self.value, item, f"{path}[{_short_key(key)}]")
+
+
+def _present(shape: _Shape, value: object, path: str) -> None:
+    """An element of a list or keyed object, or the whole: there ``null`` is not absent."""
+    if value is None and not shape.nullable:
+        raise shape.refuse(value, path)
+    shape.check(value, path)
+
+
+def _json_kind(value: object) -> str:
+    kinds = ((bool, "a boolean"), (str, "a string"), (int, "a number"), (float, "a number"),
+             (list, "a list"), (Mapping, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)),
+                "null" if value is None else type(value).__name__)
+
+
+def _short_key(key: object) -> str:
+    text = repr(key)  # repr() shows control characters as escapes
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_PLAIN = _Plain()
+_PARAMETERS = _List(_Object({"name": _PLAIN, "value": _PLAIN}))
+_TEMPLATE_REF = _Object({"name": _PLAIN, "template": _PLAIN})
+#: Every part of a template that this module reads.
+_TEMPLATE = _Object({
+    "name": _PLAIN, "pendingTimeout": _PLAIN, "resource": _Shape(),
+    "container": _Object({"env": _List(_Object({"name": _PLAIN, "value": _PLAIN})),
+                          "resources": _Object({"limits": _Object({"memory": _PLAIN})})}),
+    "metadata": _Object({"labels": _Object({"durapipe.dev/stage": _PLAIN})}),
+    "retryStrategy": _Object({"limit": _PLAIN}),
+    "dag": _Object({"tasks": _List(_Object({
+        "name": _PLAIN, "template": _PLAIN, "templateRef": _TEMPLATE_REF,
+        "arguments": _Object({"parameters": _PARAMETERS})}))}),
+})
+_NODE = _Object({
+    "id": _PLAIN, "name": _PLAIN, "displayName": _PLAIN, "type": _PLAIN, "phase": _PLAIN,
+    "message": _PLAIN, "startedAt": _PLAIN, "finishedAt": _PLAIN, "templateName": _PLAIN,
+    "templateScope": _PLAIN, "templateRef": _TEMPLATE_REF,
+    "inputs": _Object({"parameters": _PARAMETERS}), "outputs": _Object({"exitCode": _PLAIN}),
+    "memoizationStatus": _Object({"hit": _PLAIN}),
+})
+#: Every part of a Workflow object that ``interpret`` (and ``durapipe watch``) reads.
+_WORKFLOW = _Object({
+    "metadata": _Object({"name": _PLAIN, "namespace": _PLAIN, "resourceVersion": _PLAIN}),
+    "spec": _Object({"workflowTemplateRef": _Object({"name": _PLAIN}),
+                     "templates": _List(_TEMPLATE)}),
+    "status": _Object({
+        "phase": _PLAIN, "message": _PLAIN, "startedAt": _PLAIN, "finishedAt": _PLAIN,
+        "progress": _PLAIN, "nodes": _ObjectOf(_NODE), "storedTemplates": _ObjectOf(_TEMPLATE),
+        "storedWorkflowTemplateSpec": _Object({"templates": _List(_TEMPLATE)}),
+    }),
+})
+
+
+def check_shape(wf: object) -> Json:
+    """``wf`` if it is shaped like a Workflow wherever this module reads it; otherwise
+    ``MalformedWorkflow`` naming the first part that is not (``status.nodes['x'].inputs:
+    expected an object, got a list``)."""
+    _present(_WORKFLOW, wf, "")
+    return cast(Json, wf)
 
 
 # -- templates --------------------------------------------------------------------------------
@@ -175,11 +326,11 @@ def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
     substituted, and the compiler's one expression form (a sum of ``asInt``) evaluated."""
     text = _PARAM.sub(lambda m: params.get(m[1], m[0]), value)
     text = _RETRIES.sub(str(retries), text)
-    m = _AS_INT_SUM.match(text)
+    m = _AS_INT_SUM.fullmatch(text)
     if m is None:
         return text
     total = 0
-    for term in m[1].split("+"):
+    for term in m[1].strip().split("+"):
         inner = _AS_INT.match(term.strip())
         raw = (inner[1] if inner else term).strip()
         quoted = _QUOTED_PARAM.match(raw)
@@ -189,6 +340,8 @@ def _resolve(value: str, params: Mapping[str, str], retries: int) -> str:
             raw = params.get(raw[len("inputs.parameters."):], "")
         elif raw == "retries":
             raw = str(retries)
+        if len(raw) > 18:  # no count is that large; see _RETRY_SUFFIX
+            return text
         try:
             total += int(raw)
         except ValueError:
@@ -230,7 +383,7 @@ def verdict_of(phase: str, message: str, exit_code: str) -> tuple[str, str]:
             parsed = json.loads(details) if details.strip() else {}
             if isinstance(parsed, dict):
                 reason = str(parsed.get("reason") or parsed.get("exception") or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             reason = details.strip()
         if verdict in contract.VERDICTS:
             return verdict, reason
@@ -291,7 +444,7 @@ class _Planned:
 
 
 #: A counted task's limit: what is left of the stage's budget (``argo_retry.preemption_limit``).
-_LEFT_OF_BUDGET = re.compile(r"\{\{=(\d+) - ")
+_LEFT_OF_BUDGET = re.compile(r"\{\{=(\d{1,9}) - ")
 
 
 def _budget_of(limit: object) -> int | None:
@@ -343,10 +496,12 @@ def _stage_node(nodes: Iterable[Json], stage: str) -> Json | None:
     return found[0] if found else None
 
 
-def interpret(wf: Json) -> RunReport:
-    """The stage report of one Workflow object (any phase, any point of its run)."""
-    meta, status = wf.get("metadata") or {}, wf.get("status") or {}
-    templates = _Templates(wf)
+def interpret(wf: object) -> RunReport:
+    """The stage report of one Workflow object (any phase, any point of its run), as the API
+    server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``)."""
+    checked = check_shape(wf)
+    meta, status = checked.get("metadata") or {}, checked.get("status") or {}
+    templates = _Templates(checked)
     plans = _planned(templates)
     nodes = list((status.get("nodes") or {}).values())
     nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
@@ -403,6 +558,34 @@ def interpret(wf: Json) -> RunReport:
 
 # -- rendering --------------------------------------------------------------------------------
 
+#: What a terminal would obey instead of print: C0 controls (ESC, BEL, CR, LF, ...), DEL, C1
+#: controls (U+009B is a one-character CSI), and Unicode's bidirectional and line controls,
+#: which reorder or break a line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_D = TypeVar("_D", bound="DataclassInstance")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character written as its Python escape (``\\x1b``,
+    ``\\n``, ``\\u202e``), so that text from the cluster shows on one line, as it is."""
+    return _CONTROL.sub(lambda m: _NAMED_ESCAPES.get(m[0]) or (
+        f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}"), text)
+
+
+def _printable_fields(item: _D) -> _D:
+    return replace(item, **{f.name: printable(v) for f in fields(item)
+                            if isinstance(v := getattr(item, f.name), str)})
+
+
+def for_terminal(report: RunReport) -> RunReport:
+    """The report with every text in it ``printable``: names, phases, messages and reasons
+    come from the API server and the workload (``--json`` escapes them its own way)."""
+    return replace(_printable_fields(report), stages=[
+        replace(_printable_fields(s), attempts=[_printable_fields(a) for a in s.attempts])
+        for s in report.stages])
+
+
 
 def _budget(b: Budget) -> str:
     return f"{b.used}/{b.limit}" if b.limit is not None else str(b.used)
@@ -410,6 +593,7 @@ def _budget(b: Budget) -> str:
 
 def table(report: RunReport) -> list[str]:
     """One line per stage, columns aligned: what `status` prints and `watch` redraws."""
+    report = for_terminal(report)
     head = ("STAGE", "PHASE", "ATTEMPTS", "PREEMPT", "FAILED", "OOM", "MEMORY", "GPU", "CACHE")
     rows = [head]
     for s in report.stages:
@@ -425,6 +609,7 @@ def table(report: RunReport) -> list[str]:
 
 def render(report: RunReport) -> str:
     """The human report: the run, the stage table, then each failed attempt's verdict."""
+    report = for_terminal(report)
     lines = [f"{report.namespace}/{report.name}: {report.phase}"
              + (f" ({report.progress})" if report.progress else "")
              + (f": {report.message}" if report.message else ""), ""]
@@ -450,5 +635,6 @@ def render(report: RunReport) -> str:
 EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 
-__all__ = ["Attempt", "Budget", "RunReport", "StageReport", "interpret", "render", "table",
-           "verdict_of", "EXIT_CODES"]
+__all__ = ["Attempt", "Budget", "MalformedWorkflow", "RunReport", "StageReport", "check_shape",
+           "for_terminal", "interpret", "printable", "render", "table", "verdict_of",
+           "EXIT_CODES"]

@@ -6,7 +6,14 @@ prints each stage as durapipe understands it (``run_status``), ``watch`` follows
 and exits with a code for its end phase: 0 Succeeded, 1 Failed, 2 Error.
 
 Exit codes otherwise: 0 done, 1 a cluster or input problem (one line on stderr, never a
-traceback), 2 usage errors.
+traceback), 2 usage errors.  What the cluster sent is printed with its control characters
+escaped (``run_status.printable``): names and messages come from the API server and from the
+workload's own termination messages.
+
+``watch`` outlives a lost connection: once it has read the run, a transient failure (the API
+server unreachable, silent, too slow, a 5xx) is said on stderr and retried after a growing
+pause (``RECONNECT_FIRST_S`` doubling up to ``RECONNECT_MAX_S``), until ``RECONNECT_GIVE_UP_S``
+pass without a healthy watch.
 """
 
 from __future__ import annotations
@@ -19,11 +26,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from durapipe.cluster import run_status
-from durapipe.cluster.api import Cluster, ClusterError, Expired, connect
+from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
 from durapipe.dsl.arguments import parse_assignments
 
-#: Seconds a watch request asks the server to keep it open before it is renewed.
-WATCH_TIMEOUT_S = 300
+#: Seconds a watch request asks the server to keep it open before it is renewed (a watch
+#: silent for longer, plus ``cluster.WATCH_SILENCE_S``, is a dead connection).
+WATCH_TIMEOUT_S = 60
+#: `watch`'s first pause before reconnecting, its longest, and how long it keeps trying.
+RECONNECT_FIRST_S = 1.0
+RECONNECT_MAX_S = 30.0
+RECONNECT_GIVE_UP_S = 300.0
 
 
 def _add_connection(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +64,7 @@ def add_status_arguments(parser: argparse.ArgumentParser, *, watch: bool = False
 
 
 def _fail(message: str) -> int:
-    print(f"durapipe: {message}", file=sys.stderr)
+    print(f"durapipe: {run_status.printable(message)}", file=sys.stderr)
     return 1
 
 
@@ -250,13 +262,20 @@ def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 # -- status and watch -------------------------------------------------------------------------
 
 
+def _interpret(cluster: Cluster, name: str, wf: Mapping[str, Any]) -> run_status.RunReport:
+    try:
+        return run_status.interpret(wf)
+    except run_status.MalformedWorkflow as exc:
+        raise ClusterError(f"the API server at {cluster.server} returned a Workflow {name} "
+                           f"that durapipe cannot read: {exc}") from None
+
+
 def status(args: argparse.Namespace) -> int:
     try:
         cluster = connect(args.kubeconfig, args.context, args.namespace)
-        wf = cluster.get("Workflow", args.run)
+        report = _interpret(cluster, args.run, cluster.get("Workflow", args.run))
     except ClusterError as exc:
         return _fail(str(exc))
-    report = run_status.interpret(wf)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -273,6 +292,7 @@ class Display:
         self.drawn = 0
 
     def show(self, report: run_status.RunReport) -> None:
+        report = run_status.for_terminal(report)
         if self.tty:
             head = f"{report.name}: {report.phase}" + (
                 f" ({report.progress})" if report.progress else "")
@@ -298,34 +318,74 @@ class Display:
         self.out.flush()
 
 
-def follow(cluster: Cluster, name: str, display: Display,
-           sleep: float = 1.0) -> run_status.RunReport:
-    """Show the run until it ends, renewing the watch when the server closes it and listing
-    again when its resource version expired."""
-    wf = cluster.get("Workflow", name)
+class Reconnect:
+    """`watch`'s patience with a lost connection: a pause that doubles after each failure,
+    each said on ``log``, until ``RECONNECT_GIVE_UP_S`` pass without a healthy watch."""
+
+    def __init__(self, name: str, log: TextIO) -> None:
+        self.name, self.log = name, log
+        self.healthy_at = time.monotonic()
+        self.pause = RECONNECT_FIRST_S
+        self.failed = False
+
+    def healthy(self) -> None:
+        if self.failed:
+            print(f"durapipe: watching Workflow {self.name} again", file=self.log, flush=True)
+        self.healthy_at, self.pause, self.failed = time.monotonic(), RECONNECT_FIRST_S, False
+
+    def wait(self, problem: ClusterError) -> None:
+        """Sleep before the next try, or raise ``problem`` where it is no reason to retry."""
+        waited = time.monotonic() - self.healthy_at
+        if not problem.transient:
+            raise problem
+        if waited + self.pause > RECONNECT_GIVE_UP_S:
+            raise ClusterError(f"{problem} (gave up reconnecting after {waited:.0f} s)")
+        print(f"durapipe: lost the watch of Workflow {self.name}: "
+              f"{run_status.printable(str(problem))}; reconnecting in {self.pause:g} s",
+              file=self.log, flush=True)
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, RECONNECT_MAX_S)
+        self.failed = True
+
+
+def _list_again(cluster: Cluster, name: str, reconnect: Reconnect) -> dict[str, Any]:
     while True:
-        report = run_status.interpret(wf)
+        try:
+            return cluster.get("Workflow", name)
+        except ClusterError as exc:
+            reconnect.wait(exc)
+
+
+def follow(cluster: Cluster, name: str, display: Display, sleep: float = 1.0,
+           log: TextIO | None = None) -> run_status.RunReport:
+    """Show the run until it ends, renewing the watch when the server closes it, listing
+    again when its resource version expired, and reconnecting after a transient failure."""
+    wf = cluster.get("Workflow", name)
+    reconnect = Reconnect(name, log or sys.stderr)
+    while True:
+        report = _interpret(cluster, name, wf)
         display.show(report)
         if report.done:
             return report
-        version = str(wf["metadata"].get("resourceVersion", ""))
         try:
-            for kind, obj in cluster.watch_workflow(name, version, WATCH_TIMEOUT_S):
-                if kind == "BOOKMARK":
-                    wf["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            for kind, obj in cluster.watch_workflow(name, resource_version(wf), WATCH_TIMEOUT_S):
+                reconnect.healthy()
+                if kind == "BOOKMARK":  # the next list gives a newer version anyway
                     continue
                 if kind == "DELETED":
                     raise ClusterError(f"Workflow {name} was deleted while being watched")
                 wf = obj
-                report = run_status.interpret(wf)
+                report = _interpret(cluster, name, wf)
                 display.show(report)
                 if report.done:
                     return report
+            reconnect.healthy()
+            time.sleep(sleep)
         except Expired:
-            wf = cluster.get("Workflow", name)
-            continue
-        time.sleep(sleep)
-        wf = cluster.get("Workflow", name)
+            pass
+        except ClusterError as exc:
+            reconnect.wait(exc)
+        wf = _list_again(cluster, name, reconnect)
 
 
 def watch(args: argparse.Namespace) -> int:

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from durapipe.cluster import run_status
-from durapipe.cluster.run_status import Budget, interpret, verdict_of
+from durapipe.cluster.run_status import Budget, MalformedWorkflow, interpret, verdict_of
+from durapipe.runtime import contract
+from tests.cluster.hostile import CONTROL, HOSTILE, RECORDED_OBJECTS, mutated_workflows
 from tests.cluster.record_workflows import cases, load_recorded, run_case
 
 
@@ -142,3 +146,138 @@ def test_an_exhausted_ladder_says_why_the_stage_ended() -> None:
     assert "ran out of memory at every size of its OOM ladder" in s.message
     assert "build-features: main: Error (exit code 1): durapipe: stage build-features ran out" \
         in run_status.render(report)
+
+
+# -- text from the cluster, on a terminal -----------------------------------------------------
+
+
+def test_printable_writes_each_control_character_as_its_escape() -> None:
+    assert run_status.printable("a\x1b[2J\x07\n\r\t\x00\x7f\x9b\u202e b") == \
+        "a\\x1b[2J\\x07\\n\\r\\t\\x00\\x7f\\x9b\\u202e b"
+    # Ordinary text, other scripts and backslashes stay as they are.
+    assert run_status.printable("é 東京 C:\\tmp 64Gi") == "é 東京 C:\\tmp 64Gi"
+
+
+def _with_hostile_text(wf: dict[str, Any]) -> dict[str, Any]:
+    """``wf`` with the workload's and the server's free text (termination messages, the run's
+    name, message and progress, the GPU type) carrying ``HOSTILE``."""
+    wf = copy.deepcopy(wf)
+    wf["metadata"]["name"] += HOSTILE
+    wf["metadata"]["namespace"] += HOSTILE
+    wf["status"]["message"] = HOSTILE
+    wf["status"]["progress"] += HOSTILE
+    for node in wf["status"]["nodes"].values():
+        node["message"] = node.get("message", "") + HOSTILE
+        for param in (node.get("inputs") or {}).get("parameters") or ():
+            if param["name"] == "gpu-type":
+                param["value"] += HOSTILE
+    for tmpl in wf["spec"]["templates"]:
+        for env in (tmpl.get("container") or {}).get("env") or ():
+            if env["name"] == contract.ENV_GPU_TYPE:
+                env["value"] += HOSTILE
+    return wf
+
+
+def test_text_from_the_cluster_is_rendered_with_its_control_characters_escaped() -> None:
+    clean = interpret(load_recorded("spot-preemptions"))
+    report = interpret(_with_hostile_text(load_recorded("spot-preemptions")))
+    text = run_status.render(report)
+    assert not CONTROL.findall(text)
+    # One line per line of the clean report: no row was added, none overwritten.
+    assert len(text.splitlines()) == len(run_status.render(clean).splitlines())
+    escaped = run_status.printable(HOSTILE)
+    assert text.splitlines()[0].startswith(f"default{escaped}/spot-preemptions-run0{escaped}")
+    assert f"A10G{escaped}" in text and text.count(escaped) > 5
+    assert not CONTROL.findall("\n".join(run_status.table(report)))
+    # JSON keeps the text exactly (json.dumps escapes it its own way).
+    assert json.loads(json.dumps(report.to_json()))["message"] == HOSTILE
+
+
+def test_every_text_of_the_object_is_escaped_wherever_it_shows() -> None:
+    """Every string of the recorded object carries the sequence: whatever the rendering picks
+    up of it, a name, a phase, a node, a reason, is printed escaped."""
+
+    def spiked(value: Any) -> Any:
+        if isinstance(value, str):
+            return value + HOSTILE
+        if isinstance(value, list):
+            return [spiked(v) for v in value]
+        if isinstance(value, dict):
+            return {k: spiked(v) for k, v in value.items()}
+        return value
+
+    for wf in RECORDED_OBJECTS:
+        report = interpret(spiked(wf))
+        assert not CONTROL.findall(run_status.render(report)), wf["metadata"]["name"]
+
+
+# -- hostile or unexpected objects ------------------------------------------------------------
+
+
+@settings(max_examples=600, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(mutated_workflows())
+def test_a_mutated_workflow_reads_or_is_refused_in_one_line(wf: Any) -> None:
+    """``interpret`` raises nothing but ``MalformedWorkflow``; what it accepts renders."""
+    try:
+        report = interpret(wf)
+    except MalformedWorkflow as exc:
+        assert "\n" not in str(exc)
+        return
+    run_status.render(report)
+    json.dumps(report.to_json())
+
+
+@pytest.mark.parametrize(("where", "value", "message"), [
+    (("status", "nodes"), [], "status.nodes: expected an object, got a list"),
+    (("status",), "Running", "status: expected an object, got a string"),
+    (("spec", "templates", 2, "container", "env"), {"a": 1},
+     "spec.templates[2].container.env: expected a list, got an object"),
+    (("spec", "templates", 1), None, "spec.templates[1]: expected an object, got null"),
+    (("metadata", "name"), ["x"], "metadata.name: expected a plain value, got a list"),
+])
+def test_a_malformed_part_is_named(where: tuple[Any, ...], value: Any, message: str) -> None:
+    wf = load_recorded("oom-ladder")
+    parent = wf
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    with pytest.raises(MalformedWorkflow) as raised:
+        interpret(wf)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("answer", [[], "<html>", 3, None])
+def test_an_answer_that_is_no_object_is_refused(answer: object) -> None:
+    with pytest.raises(MalformedWorkflow, match="^the Workflow: expected an object, got "):
+        interpret(answer)
+
+
+def test_a_node_key_is_named_escaped_and_shortened() -> None:
+    wf = load_recorded("oom-ladder")
+    wf["status"]["nodes"]["\x1b[2J" + "n" * 200] = "x"
+    with pytest.raises(MalformedWorkflow) as raised:
+        interpret(wf)
+    assert str(raised.value).startswith("status.nodes['\\x1b[2Jnnn")
+    assert "..." in str(raised.value) and len(str(raised.value)) < 160
+
+
+def test_numbers_past_int_limits_read_as_text() -> None:
+    """A retry index, an application budget or a resolved sum of 5,000 digits is no count:
+    ``int()`` refuses such text and ``str()`` such a number, so neither may reach them."""
+    wf = load_recorded("spot-preemptions")
+    pods = [n for n in wf["status"]["nodes"].values() if n["type"] == "Pod"]
+    pods[0]["displayName"] = "train-app-0(" + "9" * 5000 + ")"
+    for param in pods[1]["inputs"]["parameters"]:
+        param["value"] = "9" * 4299
+    for tmpl in wf["spec"]["templates"]:
+        for task in (tmpl.get("dag") or {}).get("tasks") or ():
+            task["name"] += "-app-" + "9" * 5000
+    report = interpret(wf)
+    assert pods[0]["displayName"] in [a.node for a in report.stages[0].attempts]
+    run_status.render(report)
+
+
+def test_a_verdict_line_nested_past_the_parser_depth_is_text() -> None:
+    message = f"{contract.VERDICT_TAG}app_failure " + "[" * 5000
+    assert verdict_of("Failed", message, "1") == ("app_failure", "[" * 5000)

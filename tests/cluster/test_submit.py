@@ -3,15 +3,37 @@ failure reads (against tests/cluster/fake_api.py; tests/e2e runs them on the con
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
+import os
+import re
 import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from durapipe.cli import main
-from tests.cluster.fake_api import FakeApi, fake_api, status_object
+from tests.cluster.fake_api import (
+    FakeApi,
+    Raw,
+    Reply,
+    drips,
+    fake_api,
+    never_answers,
+    raw_server,
+    status_object,
+)
+from tests.cluster.hostile import CONTROL, HOSTILE, mutated_workflows
 from tests.cluster.record_workflows import load_recorded
 
 pytest.importorskip("kubernetes", reason="the `cluster` extra (kubernetes client) is missing")
@@ -212,3 +234,295 @@ def test_on_a_terminal_watch_redraws_its_table_in_place() -> None:
     assert first.splitlines()[0] == "cache-hit-run1: Succeeded (2/2)"
     assert first.splitlines()[1].split() == ["STAGE", "PHASE", "ATTEMPTS", "PREEMPT", "FAILED",
                                              "OOM", "MEMORY", "GPU", "CACHE"]
+
+
+# -- text from the cluster, on a terminal -----------------------------------------------------
+
+
+def test_watch_escapes_what_the_cluster_sent_on_a_terminal_and_off_it() -> None:
+    from durapipe.cluster import run_status
+    from durapipe.cluster.submit import Display
+
+    wf = load_recorded("spot-preemptions")
+    wf["metadata"]["name"] += HOSTILE
+    wf["status"]["progress"] += HOSTILE
+    for tmpl in wf["spec"]["templates"]:
+        for env in (tmpl.get("container") or {}).get("env") or ():
+            if env["name"] == "DURAPIPE_GPU_TYPE":
+                env["value"] += HOSTILE
+    report = run_status.interpret(wf)
+    for tty in (True, False):
+        out = io.StringIO()
+        display = Display(out, tty=tty)
+        display.show(report)
+        display.show(report)
+        # The display's own redraw (up N lines, clear) is the one control sequence left.
+        shown = re.sub(r"\x1b\[\d+F\x1b\[J", "", out.getvalue())
+        assert not CONTROL.findall(shown), tty
+        assert run_status.printable(HOSTILE) in shown
+
+
+def test_status_prints_the_workloads_messages_escaped(api: FakeApi, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    wf = load_recorded("oom-ladder")
+    for node in wf["status"]["nodes"].values():
+        node["message"] = node.get("message", "") + HOSTILE
+    api.routes[("GET", f"{BASE}/ml/workflows/oom-ladder")] = (200, wf)
+    kubeconfig = str(api.kubeconfig(tmp_path, "ml"))
+    code, out, _ = run(capsys, "status", "oom-ladder", "--kubeconfig", kubeconfig)
+    assert code == 0 and not CONTROL.findall(out)
+    assert "\\x1b]0;pwned\\x07" in out
+    code, out, _ = run(capsys, "status", "oom-ladder", "--json", "--kubeconfig", kubeconfig)
+    assert code == 0 and HOSTILE in json.loads(out)["stages"][0]["attempts"][0]["message"]
+
+
+def test_the_servers_own_message_is_printed_escaped(api: FakeApi, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    api.routes[("GET", f"{BASE}/ml/workflows/x")] = (403, status_object(
+        403, "Forbidden", f"denied{HOSTILE}"))
+    code, out, err = run(capsys, "status", "x", "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    assert (code, out) == (1, "")
+    assert err.endswith("\n") and not CONTROL.findall(err[:-1])
+    assert "denied\\x1b]0;pwned" in err
+
+
+# -- hostile or unexpected answers ------------------------------------------------------------
+
+
+def one_line_error(code: int, out: str, err: str) -> str:
+    """The error line of a command that failed as a cluster problem must: exit 1, nothing on
+    stdout, one line on stderr, no traceback."""
+    assert (code, out) == (1, ""), err
+    assert err.startswith("durapipe: ") and err.count("\n") == 1, err
+    assert "internal error" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ((200, Raw(b"<html>proxy login</html>")), "sent an answer durapipe cannot read"),
+    ((200, Raw(b"\x00\x01", "application/octet-stream")),
+     "no usable answer from the Kubernetes API server at URL while trying to get Workflow x: "
+     "Unsupported content type: application/octet-stream"),
+    ((200, Raw(b"<html>proxy login</html>", "text/html")),
+     "answered `get Workflow x` with something that is not a Kubernetes object: <html>proxy "
+     "login</html>"),
+    ((200, Raw(b"[1, 2]")), "not a Kubernetes object: [1, 2]"),
+    ((200, Raw(b"[" * 100_000 + b"]" * 100_000)), "cannot read while trying to get Workflow x "
+                                                  "(RecursionError"),
+    ((200, Raw(b"{}", "application/json; charset=klingon")), "(LookupError: unknown encoding"),
+    ((200, Raw(b'{"a": "\xff\xfe"}')), "(UnicodeDecodeError"),
+    ((500, [1]), "cannot get Workflow x: Internal Server Error (HTTP 500)"),
+    ((200, {"status": {"nodes": []}}), "returned a Workflow x that durapipe cannot read: "
+                                       "status.nodes: expected an object, got a list"),
+])
+def test_status_on_a_hostile_answer_is_one_line(answer: tuple[int, Any], expected: str,
+                                                api: FakeApi, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    api.routes[("GET", f"{BASE}/ml/workflows/x")] = answer
+    err = one_line_error(*run(capsys, "status", "x",
+                              "--kubeconfig", str(api.kubeconfig(tmp_path, "ml"))))
+    assert expected.replace("URL", api.url) in err
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    (b"this is not JSON", "sent a line that is not a JSON event"),
+    (json.dumps({"object": {}}).encode(), "(KeyError: 'type')"),
+    (json.dumps({"type": "MODIFIED"}).encode(), "(KeyError: 'object')"),
+    (json.dumps({"type": "ERROR", "object": [410]}).encode(), "(TypeError: list indices"),
+    (json.dumps({"type": "ERROR", "object": {"code": 500}}).encode(), "(KeyError: 'reason')"),
+    (json.dumps({"type": "MODIFIED", "object": "a string"}).encode(),
+     "sent a watch event that is not one"),
+    (json.dumps({"type": "SURPRISE", "object": {}}).encode(), "type SURPRISE, object {}"),
+    (json.dumps([1, 2]).encode(), "(TypeError: list indices"),
+    (json.dumps({"type": "MODIFIED", "object": {"status": []}}).encode(),
+     "returned a Workflow spot-preemptions that durapipe cannot read: status: expected an "
+     "object, got a list"),
+])
+def test_watch_on_a_hostile_event_is_one_line(line: bytes, expected: str, api: FakeApi,
+                                              tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    final = load_recorded("spot-preemptions")
+    running = copy.deepcopy(final)
+    running["status"]["phase"] = "Running"
+    # After the hostile line, the run's end: a client that took the line for nothing ends too.
+    watches = iter([[line]])
+    api.routes[("GET", f"{BASE}/ml/workflows/spot-preemptions")] = (200, running)
+    api.routes[("GET", f"{BASE}/ml/workflows?watch")] = (200, lambda _body: next(
+        watches, [{"type": "MODIFIED", "object": final}]))
+    code, out, err = run(capsys, "watch", "spot-preemptions",
+                         "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    assert code == 1 and out.startswith("spot-preemptions-run0: Running")
+    one_line_error(code, "", err)
+    assert expected in err
+
+
+@pytest.fixture(scope="module")
+def shared_api() -> Iterator[tuple[FakeApi, str]]:
+    with fake_api() as server, tempfile.TemporaryDirectory() as directory:
+        yield server, str(server.kubeconfig(Path(directory), "ml"))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(wf=mutated_workflows())
+def test_status_of_a_mutated_workflow_is_a_report_or_one_line(
+        shared_api: tuple[FakeApi, str], wf: Any) -> None:
+    api, kubeconfig = shared_api
+    api.routes[("GET", f"{BASE}/ml/workflows/x")] = (200, wf)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["status", "x", "--kubeconfig", kubeconfig])
+    if code == 0:
+        assert out.getvalue() and not err.getvalue()
+    else:
+        one_line_error(code, out.getvalue(), err.getvalue())
+
+
+# -- bounded waits ----------------------------------------------------------------------------
+
+#: Runs the command line with the client's bounds set from the arguments' first three (the
+#: real ones are tens of seconds), and prints how long the command itself took.
+BOUNDED_CLI = """
+import sys, time
+from durapipe.cluster import api as cluster
+connect_s, read_s, deadline_s, *argv = sys.argv[1:]
+cluster.CONNECT_TIMEOUT_S, cluster.READ_TIMEOUT_S = float(connect_s), float(read_s)
+cluster.REQUEST_DEADLINE_S = float(deadline_s)
+from durapipe.cli import main
+started = time.monotonic()
+code = main(argv)
+print(f"{time.monotonic() - started:.2f}")
+sys.exit(code)
+"""
+
+
+def bounded_status(url: str, tmp_path: Path, bounds: tuple[float, float, float]) -> tuple[
+        float, str]:
+    """(seconds ``durapipe status`` took, its stderr) against the server at ``url``."""
+    kubeconfig = FakeApi(url=url).kubeconfig(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", BOUNDED_CLI, *map(str, bounds), "status", "x",
+         "--kubeconfig", str(kubeconfig)],
+        capture_output=True, text=True, timeout=120, env=os.environ)
+    one_line_error(done.returncode, "", done.stderr)
+    return float(done.stdout), done.stderr
+
+
+def test_a_server_that_never_answers_is_given_up_after_the_read_timeout(tmp_path: Path) -> None:
+    with raw_server(never_answers) as url:
+        took, err = bounded_status(url, tmp_path, (5, 3, 60))
+    assert err == (f"durapipe: the Kubernetes API server at {url} did not answer within 3 s "
+                   "while trying to get Workflow x\n")
+    # One try: the client's default would try three more times (12 s).
+    assert 3 <= took < 9
+
+
+ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+          + b" " * 100)
+
+
+@pytest.mark.parametrize("at_once", [0, ANSWER.index(b"\r\n\r\n") + 4],
+                         ids=["dripping-headers", "dripping-body"])
+def test_a_server_that_drips_is_given_up_at_the_deadline(tmp_path: Path, at_once: int) -> None:
+    """A byte every 0.5 s never trips the 3 s read timeout; the 4 s deadline ends it."""
+    with raw_server(drips(ANSWER, at_once)) as url:
+        took, err = bounded_status(url, tmp_path, (5, 3, 4))
+    assert err == (f"durapipe: no complete answer from the Kubernetes API server at {url} within "
+                   "4 s while trying to get Workflow x (it answers too slowly, or only in part)\n")
+    assert 4 <= took < 10
+
+
+def test_a_server_that_accepts_no_connection_is_given_up_after_the_connect_timeout(
+        tmp_path: Path) -> None:
+    """A listener whose backlog is full drops new connections' SYNs: connect() hangs."""
+    with socket.create_server(("127.0.0.1", 0), backlog=0) as listener:
+        port = listener.getsockname()[1]
+        fillers = []
+        for _ in range(8):  # fill the accept queue (Linux takes backlog + 1, and then some)
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        time.sleep(0.5)
+        try:
+            took, err = bounded_status(f"http://127.0.0.1:{port}", tmp_path, (2, 30, 60))
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert err == (f"durapipe: cannot reach the Kubernetes API server at http://127.0.0.1:{port} "
+                   "while trying to get Workflow x: no connection within 2 s\n")
+    assert 2 <= took < 8
+
+
+@pytest.fixture
+def quick_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durapipe.cluster import api as cluster
+    from durapipe.cluster import submit
+
+    monkeypatch.setattr(submit, "RECONNECT_FIRST_S", 0.1)
+    monkeypatch.setattr(submit, "WATCH_TIMEOUT_S", 1)
+    monkeypatch.setattr(cluster, "WATCH_SILENCE_S", 1.0)
+
+
+def test_watch_reconnects_after_a_lost_connection_and_says_so(
+        api: FakeApi, tmp_path: Path, quick_reconnects: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A 503, then a watch that stays silent past its bound (2 s here), then the end."""
+    final = load_recorded("spot-preemptions")
+    running = copy.deepcopy(final)
+    running["status"]["phase"] = "Running"
+    released = threading.Event()
+
+    def silent(_body: Any) -> list[Any]:
+        released.wait(20)  # the old client waited for this; the test is bounded either way
+        return []
+
+    watches = iter([Reply(503, status_object(503, "ServiceUnavailable", "etcd is restarting")),
+                    silent, [{"type": "MODIFIED", "object": final}]])
+
+    def next_watch(body: Any) -> Any:
+        answer = next(watches)
+        return answer(body) if callable(answer) else answer
+
+    api.routes[("GET", f"{BASE}/ml/workflows/spot-preemptions")] = (200, running)
+    api.routes[("GET", f"{BASE}/ml/workflows?watch")] = (200, next_watch)
+    started = time.monotonic()
+    try:
+        code, out, err = run(capsys, "watch", "spot-preemptions",
+                             "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    finally:
+        released.set()
+    took = time.monotonic() - started
+    assert code == 0, err
+    assert "spot-preemptions-run0: Succeeded (3/6)" in out.splitlines()
+    lost, silence, again = err.splitlines()
+    assert lost == ("durapipe: lost the watch of Workflow spot-preemptions: cannot watch Workflow "
+                    "spot-preemptions: etcd is restarting (HTTP 503); reconnecting in 0.1 s")
+    assert silence == (f"durapipe: lost the watch of Workflow spot-preemptions: the Kubernetes API "
+                       f"server at {api.url} did not answer within 2 s while trying to watch "
+                       "Workflow spot-preemptions; reconnecting in 0.2 s")
+    assert again == "durapipe: watching Workflow spot-preemptions again"
+    assert 2.3 <= took < 12
+
+
+def test_watch_gives_up_when_the_server_stays_away(api: FakeApi, tmp_path: Path,
+                                                   quick_reconnects: None,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from durapipe.cluster import submit
+
+    monkeypatch.setattr(submit, "RECONNECT_GIVE_UP_S", 1.5)
+    running = load_recorded("spot-preemptions")
+    running["status"]["phase"] = "Running"
+    api.routes[("GET", f"{BASE}/ml/workflows/spot-preemptions")] = (200, running)
+    api.routes[("GET", f"{BASE}/ml/workflows?watch")] = (503, status_object(
+        503, "ServiceUnavailable", "down"))
+    started = time.monotonic()
+    code, _, err = run(capsys, "watch", "spot-preemptions",
+                       "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    assert code == 1 and time.monotonic() - started < 5
+    *tries, last = err.splitlines()
+    assert [t.rsplit(" in ", 1)[1] for t in tries] == ["0.1 s", "0.2 s", "0.4 s"]
+    assert re.fullmatch(r"durapipe: cannot watch Workflow spot-preemptions: down \(HTTP 503\) "
+                        r"\(gave up reconnecting after \d s\)", last)
