@@ -26,8 +26,11 @@ The file does not exist, is a directory, or cannot be read.  Check the path you 
 A `.pipe` file is UTF-8 text.  This one holds bytes that are not valid UTF-8 (or NUL bytes),
 which usually means a binary file was passed by mistake."""),
     Code("P0003", "the input is too large or nested too deeply", """
-durapipe refuses inputs over 16 MiB and blocks or lists nested more than 64 levels deep, so a
-malformed or generated file cannot exhaust memory or the stack.  Split the pipeline."""),
+durapipe refuses a `.pipe` input over 4 MiB (4,194,304 bytes of UTF-8) before parsing it, in
+`check`, `compile`, `fmt`, `run`, `graph` and the language server alike, and blocks or lists
+nested more than 64 levels deep, so a malformed or generated file cannot exhaust memory, the
+stack or minutes of time.  No pipeline that fits Argo's limits comes near 4 MiB (10,000
+generated stages are 2 MB): split it into several pipelines."""),
     Code("P0004", "the Python builder module is invalid", """
 `durapipe` loads a `.py` file as a module and expects a module-level variable `pipeline` built
 with `durapipe.dsl.builder.Pipeline`.  The module raised an exception, or `pipeline` is missing
