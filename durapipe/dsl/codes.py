@@ -226,6 +226,18 @@ A param is declared but no stage refers to it."""),
     Code("W0002", "cache on a stage with no declared outputs", """
 A cached stage with no outputs can only skip work; nothing downstream can depend on what it
 produced.  This is allowed, but usually a mistake."""),
+    Code("W0003", "a credential written into the pipeline", """
+An `env` value or the `storage` URI looks like a credential: an AWS access key id (`AKIA...`,
+`ASIA...`), a 40-character secret key under a name with SECRET, PASSWORD or TOKEN in it,
+`password=...`, or a password in a URI (`scheme://user:password@host`).  The compiled YAML
+holds it as written, and GitOps commits that YAML.  Keep it in a Kubernetes Secret:
+
+    env { DB_PASSWORD = "hunter2" }                        # warned
+    env { DB_PASSWORD = secret("db-credentials", "password") }
+
+For the store, drop the credentials from the URI and name a Secret that holds them:
+`storage_secret = "durapipe-store"`.  The warning never shows the value (the source line is
+shown masked)."""),
 ]
 
 CODES: dict[str, Code] = {c.code: Code(c.code, c.title, c.explanation.strip("\n")) for c in _CODES}
