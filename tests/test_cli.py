@@ -100,3 +100,48 @@ def test_compile_to_a_fifo_writes_through_it_and_leaves_it_a_fifo(tmp_path: Path
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert got and b"kind: Workflow" in got[0]
     assert not list(tmp_path.glob(".durapipe-*"))
+
+
+# -- the size limit on .pipe input (issue 23, item 13) ------------------------------------------
+
+
+def _just_too_large(tmp_path: Path) -> Path:
+    """A valid pipeline padded with comments to one byte over the limit: every command would
+    accept it but for its size."""
+    from durapipe.dsl.source import MAX_SOURCE_BYTES
+
+    path = tmp_path / "huge.pipe"
+    pipeline = b'pipeline "p" {}\n\nstage "s" {\n  image   = "busybox"\n  command = ["true"]\n}\n'
+    fill = MAX_SOURCE_BYTES + 1 - len(pipeline)
+    path.write_bytes(pipeline + (b"# padding\n" * (fill // 10 + 1))[:fill - 1] + b"\n")
+    assert path.stat().st_size == MAX_SOURCE_BYTES + 1
+    return path
+
+
+@pytest.mark.parametrize("command", [["check"], ["compile"], ["fmt"], ["graph"],
+                                     ["run", "--home", "{home}"]], ids=lambda c: c[0])
+def test_every_command_refuses_an_oversized_file_up_front_with_one_diagnostic(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _just_too_large(tmp_path)
+    before = path.read_bytes()
+    argv = [command[0], str(path), *(a.format(home=tmp_path / "home") for a in command[1:])]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("error[") == 1, captured.err
+    assert "error[P0003]" in captured.err
+    assert f"--> {path}:1:1" in captured.err  # file:line:col, as every placed diagnostic
+    assert f"{path.stat().st_size:,} bytes; the limit is 4,194,304 bytes (4 MiB)" in captured.err
+    assert "kind: Workflow" not in captured.out and "flowchart" not in captured.out
+    assert path.read_bytes() == before  # fmt left it alone
+    assert not (tmp_path / "home").exists()  # run ran nothing
+
+
+def test_a_file_at_the_limit_is_read_and_an_endless_one_is_refused() -> None:
+    from durapipe.dsl.load import read_source
+    from durapipe.dsl.source import MAX_SOURCE_BYTES
+
+    source, problems = read_source("/dev/zero")  # read whole, it would never end
+    assert source is None and [d.code for d in problems] == ["P0003"]
+    assert "/dev/zero is larger than the limit of 4,194,304 bytes" in problems[0].message
+    assert str(problems[0].span) == "/dev/zero:1:1"
+    assert MAX_SOURCE_BYTES == 4 * 1024 * 1024  # docs/language.md and `explain P0003` say so

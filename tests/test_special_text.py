@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from durapipe.cli import main
 from durapipe.compiler import CompileOptions, compile_pipeline
-from durapipe.compiler.argo_text import kubelet_literal
+from durapipe.compiler.plan import kubelet_literal
 from durapipe.dsl import load_path
 
 
@@ -118,6 +118,63 @@ def test_compiled_text_expands_to_what_durapipe_run_ran(tmp_path: Path,
     assert env["SHOWN"] == ran["env"] == "$(DURAPIPE_STAGE) $(SHOWN) $HOME"
     # ... and the YAML really escapes (the old lowering wrote the text as is).
     assert "$$(DURAPIPE_STAGE)" in yaml.safe_dump(container)
+
+
+DEFAULTS = """\
+pipeline "defaults" {}
+
+params {
+  x: str = "pre$(DEF_ENV)"
+  y: str = "$$(HOME) $5"
+}
+
+stage "show" {
+  image   = "python:3.12"
+  command = ["python3", "-c", "import json, os, sys; json.dump({'argv': sys.argv[1:], 'env': os.environ['SHOWN']}, open(sys.argv[1], 'w'))"]
+  args    = ["OUT", params.x, "--x=${params.x}", params.y]
+  env {
+    DEF_ENV = "d"
+    SHOWN   = "${params.x}|${params.y}"
+  }
+}
+"""
+
+
+def argo_substitute(text: str, parameters: Mapping[str, str]) -> str:
+    """Argo's ``{{workflow.parameters.NAME}}``: the parameter's value, as is (its controller
+    does exactly this: ``test_argo_controller.py::test_a_param_default_reaches_the_pod_as_written``)."""
+    for name, value in parameters.items():
+        text = text.replace("{{workflow.parameters." + name + "}}", value)
+    return text
+
+
+def test_a_param_default_reaches_the_program_as_durapipe_run_passes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A default went into ``arguments.parameters`` unescaped, Argo put it into the args, and
+    the kubelet expanded it: the pod ran ``pred`` where ``durapipe run`` passed
+    ``pre$(DEF_ENV)``.  A value given at submit time stays the documented exception."""
+    out = tmp_path / "seen.json"
+    pipe = tmp_path / "defaults.pipe"
+    pipe.write_text(DEFAULTS.replace('"OUT"', json.dumps(str(out))))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(pipe), "--home", str(tmp_path / "home"), "--plain"]) == 0
+    ran = json.loads(out.read_text())
+    assert ran["argv"][1:] == ["pre$(DEF_ENV)", "--x=pre$(DEF_ENV)", "$$(HOME) $5"]
+
+    loaded = load_path(str(pipe))
+    assert loaded.pipeline is not None
+    (doc,) = compile_pipeline(loaded.pipeline, CompileOptions()).documents
+    given = {p["name"]: p["value"] for p in doc["spec"]["arguments"]["parameters"]}
+    assert given == {"x": "pre$$(DEF_ENV)", "y": "$$$$(HOME) $5"}  # kubelet_literal's escape
+    container = _container([doc])
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = kubelet_expand(argo_substitute(item["value"], given), env)
+    argv = [kubelet_expand(argo_substitute(a, given), env)
+            for a in [*container["command"], *container["args"]]]
+    assert argv[argv.index("--") + 1:][3:] == ran["argv"]
+    assert env["SHOWN"] == ran["env"] == "pre$(DEF_ENV)|$$(HOME) $5"
 
 
 TEMPLATED = """\

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from durapipe.compiler import memo, naming, runtime_delivery
-from durapipe.compiler.argo_text import input_path, kubelet_literal, render_text
+from durapipe.compiler.argo_text import input_path, render_text
 from durapipe.compiler.context import Context, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import (
@@ -22,6 +22,7 @@ from durapipe.compiler.plan import (
     checkpoint_line,
     contract_env,
     grace_for_runtime,
+    kubelet_literal,
 )
 from durapipe.dsl import catalog, kube, units
 from durapipe.dsl.model import ConfigMapKey, Secret, Stage, Volume

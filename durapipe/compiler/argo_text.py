@@ -7,31 +7,10 @@ inputs land on) is made here, so the stage and the workflow agree on them.
 from __future__ import annotations
 
 from durapipe.compiler.context import Context, Loc
-from durapipe.compiler.plan import RUNTIME_ROOT
+from durapipe.compiler.plan import RUNTIME_ROOT, kubelet_literal
 from durapipe.dsl.model import Ref, Text
 
 INPUTS_ROOT = f"{RUNTIME_ROOT}/inputs"
-
-
-def kubelet_literal(text: str) -> str:
-    """``text`` escaped so that the kubelet's ``$(VAR)`` expansion gives it back unchanged.
-
-    The kubelet expands ``command``, ``args`` and ``env[].value`` with
-    ``k8s.io/kubernetes/third_party/forked/golang/expansion.Expand``: ``$$`` becomes ``$``,
-    ``$(NAME)`` becomes NAME's value when the container defines NAME (and stays as written
-    otherwise), and any other ``$`` is kept.  So a ``$`` must be doubled exactly when the next
-    character is ``$`` or ``(``; doubling every ``$`` would also be exact, but would rewrite
-    every shell ``$HOME`` in the output for nothing.  (Argo's own ``{{...}}`` never holds a
-    ``$``, so references are not affected; P0404 keeps ``{{`` out of user text.)
-    """
-    if "$" not in text:
-        return text
-    out: list[str] = []
-    for index, char in enumerate(text):
-        out.append(char)
-        if char == "$" and index + 1 < len(text) and text[index + 1] in "$(":
-            out.append("$")
-    return "".join(out)
 
 
 def input_path(stage: str, output: str) -> str:

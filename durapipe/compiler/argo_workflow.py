@@ -21,7 +21,7 @@ from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
 from durapipe.compiler.argo_stage import SHARED_TEMPLATES, LoweredStage
 from durapipe.compiler.argo_text import artifact_input_name, hash_param_name
 from durapipe.compiler.context import Context
-from durapipe.compiler.plan import param_value
+from durapipe.compiler.plan import kubelet_literal, param_value
 from durapipe.dsl.model import Pipeline
 
 Json = dict[str, Any]
@@ -47,11 +47,16 @@ MAX_OBJECT_BYTES = 1024 * 1024
 
 
 def arguments(ctx: Context) -> Json:
+    """The Workflow's parameters with their defaults.  Argo puts a value as it stands here into
+    the container's command, args and env, which the kubelet expands (``$(NAME)``), so a
+    default is written as :func:`kubelet_literal` text: the program gets the default as
+    written, as under ``durapipe run``.  A value given at submit time replaces it unescaped
+    (the documented exception: it is the submitter's text for the kubelet)."""
     params: list[Json] = []
-    for i, param in enumerate(ctx.pipeline.params):
+    for param in ctx.pipeline.params:
         entry: Json = {"name": param.name}
         if param.default is not None:
-            entry["value"] = param_value(param.default)
+            entry["value"] = kubelet_literal(param_value(param.default))
         if param.description:
             entry["description"] = param.description
         params.append(entry)

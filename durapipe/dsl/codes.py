@@ -26,8 +26,11 @@ The file does not exist, is a directory, or cannot be read.  Check the path you 
 A `.pipe` file is UTF-8 text.  This one holds bytes that are not valid UTF-8 (or NUL bytes),
 which usually means a binary file was passed by mistake."""),
     Code("P0003", "the input is too large or nested too deeply", """
-durapipe refuses inputs over 16 MiB and blocks or lists nested more than 64 levels deep, so a
-malformed or generated file cannot exhaust memory or the stack.  Split the pipeline."""),
+durapipe refuses a `.pipe` input over 4 MiB (4,194,304 bytes of UTF-8) before parsing it, in
+`check`, `compile`, `fmt`, `run`, `graph` and the language server alike, and blocks or lists
+nested more than 64 levels deep, so a malformed or generated file cannot exhaust memory, the
+stack or minutes of time.  No pipeline that fits Argo's limits comes near 4 MiB (10,000
+generated stages are 2 MB): split it into several pipelines."""),
     Code("P0004", "the Python builder module is invalid", """
 `durapipe` loads a `.py` file as a module and expects a module-level variable `pipeline` built
 with `durapipe.dsl.builder.Pipeline`.  The module raised an exception, or `pipeline` is missing
@@ -223,6 +226,18 @@ A param is declared but no stage refers to it."""),
     Code("W0002", "cache on a stage with no declared outputs", """
 A cached stage with no outputs can only skip work; nothing downstream can depend on what it
 produced.  This is allowed, but usually a mistake."""),
+    Code("W0003", "a credential written into the pipeline", """
+An `env` value or the `storage` URI looks like a credential: an AWS access key id (`AKIA...`,
+`ASIA...`), a 40-character secret key under a name with SECRET, PASSWORD or TOKEN in it,
+`password=...`, or a password in a URI (`scheme://user:password@host`).  The compiled YAML
+holds it as written, and GitOps commits that YAML.  Keep it in a Kubernetes Secret:
+
+    env { DB_PASSWORD = "hunter2" }                        # warned
+    env { DB_PASSWORD = secret("db-credentials", "password") }
+
+For the store, drop the credentials from the URI and name a Secret that holds them:
+`storage_secret = "durapipe-store"`.  The warning never shows the value (the source line is
+shown masked)."""),
 ]
 
 CODES: dict[str, Code] = {c.code: Code(c.code, c.title, c.explanation.strip("\n")) for c in _CODES}

@@ -24,6 +24,8 @@ class Label:
 
     span: Span
     message: str = ""
+    #: The text under the label is a secret: where the source line is shown, it is masked.
+    masked: bool = False
 
 
 SubjectKind = Literal["block", "attribute", "param", "stage"]
@@ -95,8 +97,8 @@ def error(
 
 
 def warning(code: str, message: str, span: Span | None, label: str = "", *,
-            help: str | None = None) -> Diagnostic:
-    labels = (Label(span, label),) if span is not None else ()
+            help: str | None = None, masked: bool = False) -> Diagnostic:
+    labels = (Label(span, label, masked),) if span is not None else ()
     return Diagnostic(code, message, labels, help, severity=Severity.WARNING)
 
 
@@ -162,6 +164,18 @@ def _line_window(source: Source, labels: Sequence[Label]) -> tuple[int, str, str
     return lo, source.text[lo:hi], "..." if lo > line_start else "", "..." if hi < end else ""
 
 
+def _mask(text: str, shown_from: int, labels: Sequence[Label]) -> str:
+    """``text`` with the characters under masked labels replaced by ``*`` (same width, so the
+    carets still line up)."""
+    for label in labels:
+        if label.masked:
+            lo = max(0, label.span.start - shown_from)
+            hi = min(len(text), label.span.end - shown_from)
+            if lo < hi:
+                text = text[:lo] + "*" * (hi - lo) + text[hi:]
+    return text
+
+
 def _line_end(source: Source, line_start: int) -> int:
     end = source.text.find("\n", line_start)
     return len(source.text) if end == -1 else end
@@ -189,6 +203,7 @@ def render_human(diag: Diagnostic, color: bool = False) -> str:
         for line in lines:
             source = by_line[line][0].span.source
             shown_from, text, lead, tail = _line_window(source, by_line[line])
+            text = _mask(text, shown_from, by_line[line])
             out.append(f"{blue}{line:>{width}} |{reset} {lead}{_expand(text)}{tail}".rstrip())
             for label in by_line[line]:
                 span = label.span

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from durapipe.dsl import lower as lw
 from durapipe.dsl import parser, validate
 from durapipe.dsl.heap import gc_paused as gc_paused  # re-exported: the LSP pauses it too
 from durapipe.dsl.model import Pipeline
-from durapipe.dsl.source import Source, SourceMap, Span
+from durapipe.dsl.source import MAX_SOURCE_BYTES, Source, SourceMap, Span
 from durapipe.dsl.syntax import File, ParamsBlock
 
 
@@ -76,17 +77,27 @@ def _from_syntax(syntax: File, diagnostics: list[dg.Diagnostic]) -> LoadResult:
     return result
 
 
+#: How much of a refused file's first line the diagnostic shows (its renderer cuts it anyway).
+_SHOWN_BYTES = 1000
+
+
 def read_source(path: str | os.PathLike[str]) -> tuple[Source | None, list[dg.Diagnostic]]:
-    """Read a file as UTF-8, turning every I/O problem into a diagnostic."""
+    """Read a file as UTF-8, turning every I/O problem into a diagnostic.  A file over
+    :data:`MAX_SOURCE_BYTES` is refused after reading one byte more than that, so neither a
+    huge file nor an endless one (``/dev/zero``, a pipe) costs more."""
     shown = str(path)
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_SOURCE_BYTES + 1)
+            status = os.fstat(handle.fileno())
     except OSError as exc:
         return None, [dg.Diagnostic("P0001", f"cannot read {shown}: {exc.strerror or exc}",
                                     location=shown)]
-    if len(raw) > parser.MAX_INPUT_CHARS:
-        return None, [dg.Diagnostic("P0003", f"{shown} is {len(raw)} bytes; the limit is "
-                                    f"{parser.MAX_INPUT_CHARS}", location=shown)]
+    if len(raw) > MAX_SOURCE_BYTES:
+        newline = raw.find(b"\n", 0, _SHOWN_BYTES)
+        first_line = raw[:newline if newline >= 0 else _SHOWN_BYTES].decode("utf-8", "replace")
+        size = status.st_size if stat.S_ISREG(status.st_mode) else None
+        return None, [parser.too_large(Source(shown, first_line), size)]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -36,9 +36,7 @@ from durapipe.dsl.parse_recovery import (
     recover,
 )
 from durapipe.dsl.parse_tree import TreeBuilder
-from durapipe.dsl.source import Source, Span
-
-MAX_INPUT_CHARS = 16 * 1024 * 1024
+from durapipe.dsl.source import MAX_SOURCE_BYTES, Source, Span, utf8_size
 
 
 class _Parses(threading.local):
@@ -159,11 +157,21 @@ def _parse(source: Source, closes: list[tuple[int, int]]) -> tuple[st.File | Non
 # -- pre-checks -------------------------------------------------------------------------------
 
 
+def too_large(source: Source, size: int | None) -> Diagnostic:
+    """P0003 for an input over :data:`MAX_SOURCE_BYTES` (of ``size`` bytes, where known), at
+    its start, so that it reads ``file:1:1`` as every diagnostic with a place does."""
+    limit = f"{MAX_SOURCE_BYTES:,} bytes ({MAX_SOURCE_BYTES >> 20} MiB)"
+    message = (f"{source.path} is {size:,} bytes; the limit is {limit}" if size is not None
+               else f"{source.path} is larger than the limit of {limit}")
+    return error("P0003", message, Span(source, 0, 0), "refused before parsing",
+                 help="no pipeline within Argo's limits is this large; split it into several")
+
+
 def _precheck(source: Source) -> Diagnostic | None:
     text = source.text
-    if len(text) > MAX_INPUT_CHARS:
-        return error("P0003", f"input is {len(text)} characters; the limit is {MAX_INPUT_CHARS}",
-                     Span(source, 0, 0), help="split the pipeline into smaller files")
+    size = utf8_size(text)
+    if size > MAX_SOURCE_BYTES:
+        return too_large(source, size)
     nul = text.find("\x00")
     if nul != -1:
         return error("P0002", "input contains NUL bytes; is this a binary file?",

@@ -5,6 +5,18 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+#: The largest ``.pipe`` text any loader accepts, in bytes of UTF-8: ``check``, ``compile``,
+#: ``fmt``, ``run``, ``graph``, ``loads`` and the language server refuse a larger one up front,
+#: with one P0003 diagnostic and before parsing.  Twice a generated 10,000-stage pipeline, about
+#: as many stages as Argo's limits let one pipeline hold (docs/lowering.md); a 10 MB file took
+#: ``check`` 2.5 minutes and 1.3 GB to reach the same verdict after the work.
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+
+
+def utf8_size(text: str) -> int:
+    """How many bytes ``text`` is in UTF-8 (a lone surrogate, which JSON can carry, as 3)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
 
 @dataclass(frozen=True)
 class Source:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from durapipe.dsl import catalog, kube, schedule, typecheck
+from durapipe.dsl import catalog, credentials, kube, schedule, typecheck
 from durapipe.dsl.diagnostics import (
     Diagnostic,
     Label,
@@ -240,8 +240,35 @@ class _Checker:
         self.pipeline_settings()
         self.templates()
         self.kubernetes_text()
+        self.literal_credentials()
         self.unused_params()
         return self.diags
+
+    def literal_credentials(self) -> None:
+        """W0003 for a credential written into an env value or the storage URI, which the
+        compiled YAML (and the GitOps repository) would keep.  The value is never in the
+        diagnostic: its source text is masked where the line is shown."""
+        if self.p.storage is not None:
+            kind = credentials.credential_kind(self.p.storage)
+            if kind:
+                self.add(warning(
+                    "W0003", f"`storage` holds what looks like {kind}", self.at("storage"),
+                    "a credential, not shown", masked=True,
+                    help="drop it from the URI and name a Secret holding the store's "
+                         'credentials: `storage_secret = "durapipe-store"`'))
+        for i, stage in enumerate(self.p.stages):
+            for name, value in stage.env.items():
+                text = credentials.literal_text(value)
+                kind = credentials.credential_kind(text, name) if text is not None else None
+                if kind:
+                    # No stage name: a value from `defaults` is one warning at `defaults`.
+                    self.add(warning(
+                        "W0003", f"env `{name}` holds what looks like {kind}",
+                        self.at("stages", i, "env", name), "a credential, not shown",
+                        masked=True,
+                        help=f'keep it in a Kubernetes Secret and write `{name} = '
+                             f'secret("secret-name", "key")`: the compiled YAML would hold '
+                             "it as written"))
 
     def templates(self) -> None:
         """P0404 for every string that would reach Argo holding `{{`: found here, not by the

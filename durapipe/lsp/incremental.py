@@ -24,7 +24,7 @@ from dataclasses import replace
 from durapipe.dsl import parser
 from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, Label
-from durapipe.dsl.source import Source, Span
+from durapipe.dsl.source import MAX_SOURCE_BYTES, Source, Span, utf8_size
 
 _SCAN_RE = re.compile(r"""
     "(?:[^"\\\n]|\\.)*"?
@@ -169,7 +169,7 @@ class PieceParser:
     def parse(self, text: str, path: str) -> tuple[st.File | None, list[Diagnostic]]:
         """What ``parser.parse`` gives for the whole text, from (mostly cached) pieces."""
         source = Source(path, text)
-        if len(text) > parser.MAX_INPUT_CHARS:
+        if utf8_size(text) > MAX_SOURCE_BYTES:
             return parser.parse(source)
         starts = pieces(text)
         if self.seed_from_whole and not self.cache:

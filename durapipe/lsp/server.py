@@ -11,19 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
+import functools
+import json
 import logging
+import os
 import sys
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
 from durapipe import __version__
 from durapipe.dsl import diagnostics as dg
+from durapipe.dsl.source import MAX_SOURCE_BYTES, utf8_size
 from durapipe.lsp import analysis as an
 from durapipe.lsp import complete as cp
 from durapipe.lsp import fixes as fx
+from durapipe.lsp import framing as fr
 from durapipe.lsp.incremental import PieceParser
 
 #: Quiet time after a keystroke before the file is analysed (a burst costs one analysis).  On
@@ -184,6 +195,89 @@ class DurapipeServer(LanguageServer):
             uri=uri, version=version,
             diagnostics=[to_lsp(d, uri, positions) for d in result.diagnostics]))
 
+    # -- the stdio transport: durapipe's reader (``framing``) in place of pygls's ------------
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """pygls's stdio server, reading messages with :class:`framing.FrameReader`: pygls's
+        own reader died on a huge ``Content-Length`` and lost its place after a bad one.
+
+        stdin is read with ``os.read`` on its descriptor, not through ``sys.stdin.buffer``: a
+        daemon thread blocked inside a buffered read holds its lock, and the interpreter
+        aborts at exit when it cannot take it."""
+        fd = (stdin or sys.stdin).fileno()
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        shutdown: Callable[[], None] = self.shutdown  # pygls does not annotate it
+        try:
+            asyncio.run(self._serve(fr.FrameReader(functools.partial(os.read, fd))))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            shutdown()
+
+    async def _serve(self, reader: fr.FrameReader) -> None:
+        """Handle what a reader thread reads, in order, on the event loop.  The thread is a
+        daemon, so a read blocked on stdin never holds up the exit."""
+        loop = asyncio.get_running_loop()
+        batches: asyncio.Queue[list[fr.Event]] = asyncio.Queue(maxsize=1)
+
+        def pump() -> None:
+            while True:
+                try:
+                    events = reader.read()
+                except OSError as exc:
+                    log.error("cannot read stdin: %s", exc)
+                    events = []
+                try:
+                    asyncio.run_coroutine_threadsafe(batches.put(events), loop).result()
+                except (RuntimeError, concurrent.futures.CancelledError):
+                    return  # the loop has closed: the server is exiting
+                if not events:
+                    return
+
+        threading.Thread(target=pump, name="durapipe-lsp-stdin", daemon=True).start()
+        while self._stop_event is not None and not self._stop_event.is_set():
+            events = await batches.get()
+            if not events:
+                return  # the end of the input
+            for event in events:
+                self._receive(event)
+
+    def _receive(self, event: fr.Event) -> None:
+        if isinstance(event, fr.Skipped):
+            log.warning("skipped %s bytes of input: %s", f"{event.size:,}", event.reason)
+            self._refuse(fr.request_id(event), JsonRpcInvalidRequest(
+                f"durapipe lsp: the request was not read: {event.reason}"))
+            return
+        try:
+            data = json.loads(event.body)
+        except ValueError:  # UnicodeDecodeError is one
+            log.warning("skipped a message of %s bytes that is not JSON", f"{len(event.body):,}")
+            return
+        msg_id = fr.message_request_id(data)
+        if not isinstance(data, dict) or "jsonrpc" not in data:
+            log.warning("skipped a message that is not a JSON-RPC object")
+            self._refuse(msg_id, JsonRpcInvalidRequest("durapipe lsp: not a JSON-RPC message"))
+            return
+        try:
+            message = self.protocol.structure_message(data)
+        except JsonRpcException as error:  # pygls never answered it
+            log.warning("skipped a %s message: %s", data.get("method", "response"), error)
+            self._refuse(msg_id, error)
+            return
+        try:
+            self.protocol.handle_message(message)
+        except Exception:  # pygls answers a failing request itself; this is anything else
+            log.exception("cannot handle a message")
+
+    def _refuse(self, msg_id: int | str | None, error: JsonRpcException) -> None:
+        """Answer request ``msg_id`` with ``error``; a message without a known id gets none
+        (JSON-RPC would have ``null``, which no client can match to its request)."""
+        if msg_id is not None:
+            self.protocol._send_response(msg_id, None, error.to_response_error())
+
     def close(self, uri: str) -> None:
         self.open.discard(uri)
         task = self.debounces.pop(uri, None)
@@ -258,6 +352,8 @@ def completion(ls: DurapipeServer, params: t.CompletionParams) -> t.CompletionLi
     # No waiting for the analysis: the context is read from the current text, names defined
     # elsewhere in the file from the latest finished analysis.
     text = ls.text(uri)
+    if utf8_size(text) > MAX_SOURCE_BYTES:
+        return t.CompletionList(is_incomplete=False, items=[])  # refused whole (P0003)
     offset = ls.positions(uri, text).offset(params.position)
     items = cp.complete(text, offset, ls.analyses.get(uri))
     return t.CompletionList(is_incomplete=False, items=[
@@ -410,9 +506,18 @@ async def code_action(ls: DurapipeServer, params: t.CodeActionParams,
     return actions
 
 
+class _NoDeserializeTraceback(logging.Filter):
+    """pygls logs a traceback for every message its types refuse; ``_receive`` logs one line
+    and answers the request instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unable to deserialize message")
+
+
 def main(argv: list[str] | None = None) -> int:
     del argv  # `--stdio` (what editors pass) is the only transport
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="durapipe lsp: %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(_NoDeserializeTraceback())
     server.start_io()
     return 0

@@ -31,6 +31,7 @@ from durapipe.compiler.plan import (
     cache_static,
     checkpoint_line,
     contract_env,
+    kubelet_literal,
     param_value,
     plan_pipeline,
 )
@@ -552,10 +553,13 @@ class Runner:
     # -- caching --------------------------------------------------------------------------
 
     def _cache_key(self, stage: Stage) -> str:
-        """The key the compiled workflow's memoization computes, from the same functions."""
+        """The key the compiled workflow's memoization computes, from the same functions.
+        A param enters as the value Argo would hold for the program to get the text this run
+        passes: kubelet-escaped, as the compiled defaults are (``argo_workflow.arguments``)."""
         if stage.cache is None:
             return ""
-        params = {r.path[1]: self.params[r.path[1]] for r in stage.references() if r.is_param}
+        params = {r.path[1]: kubelet_literal(self.params[r.path[1]])
+                  for r in stage.references() if r.is_param}
         upstream = {}
         for ref in stage.references():
             if ref.is_output:

@@ -287,6 +287,30 @@ def test_a_waiting_type_preempted_after_it_ran_retries_on_the_same_type() -> Non
     assert retried["pod"]["env"]["DURAPIPE_ATTEMPT"] == "1"
 
 
+def test_a_param_default_reaches_the_pod_as_written() -> None:
+    """Argo's controller puts a default into the pod's args and env as it stands in
+    ``arguments.parameters``; the kubelet then expands ``$(NAME)`` there.  The compiled default
+    is escaped, so what the container sees, expanded, is the default as written (the old
+    lowering wrote it as is: the program got ``pred``)."""
+    from durapipe.dsl.model import Interp, Param, Ref
+    from tests.test_special_text import kubelet_expand
+
+    x = Ref(path=("params", "x"))
+    p = pipeline(stage(args=(x, Interp(parts=("--x=", x))), env={"DEF_ENV": "d", "SHOWN": x}),
+                 params=(Param(name="x", type="str", default="pre$(DEF_ENV)"),))
+    report = run(p, {})
+    assert report["phase"] == "Succeeded"
+    pod = node(report, "train(0)")["pod"]
+    (doc,) = compile_pipeline(p, CompileOptions()).documents
+    (main,) = [t for t in doc["spec"]["templates"] if "container" in t]
+    env: dict[str, str] = {}
+    for item in main["container"]["env"]:  # the kubelet's order: each value sees those before
+        if "value" in item:
+            env[item["name"]] = kubelet_expand(pod["env"][item["name"]], env)
+    assert [kubelet_expand(a, env) for a in pod["args"]] == ["pre$(DEF_ENV)", "--x=pre$(DEF_ENV)"]
+    assert env["SHOWN"] == "pre$(DEF_ENV)"
+
+
 def strip_artifacts(doc: dict[str, Any]) -> None:
     """The harness cannot complete pods that declare artifacts; hashes travel as parameters."""
     for t in doc["spec"]["templates"]:

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from durapipe.dsl import LoadResult, load_path, loads
 from durapipe.dsl.codes import CODES
 from durapipe.dsl.diagnostics import Diagnostic, has_errors, render
-from durapipe.dsl.parser import MAX_INPUT_CHARS
+from durapipe.dsl.source import MAX_SOURCE_BYTES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CASES = REPO_ROOT / "tests" / "cases"
@@ -320,14 +320,14 @@ def _extremes() -> dict[str, Callable[[], str]]:
         "long-string": lambda: 'pipeline "p" {}\nstage "s" { image = "' + "x" * 4_000_000
                                + '" command = ["a"] }',
         "long-name": lambda: "x" * 4_000_000,
-        "long-comment": lambda: "#" + "x" * 8_000_000,
+        "long-comment": lambda: "#" + "x" * (MAX_SOURCE_BYTES - 1),
         "long-unterminated-heredoc": lambda: 'stage "s" { script = <<EOT\n' + "echo\n" * 500_000,
         "many-heredoc-openers": lambda: "<<EOT\n" * 100_000,
         "many-unterminated-strings": lambda: '"x\n' * 100_000,
-        "junk-semicolons": lambda: ";" * (MAX_INPUT_CHARS - 1),
-        "junk-closing-braces": lambda: "}" * (MAX_INPUT_CHARS - 1),
-        "junk-names": lambda: "a " * (MAX_INPUT_CHARS // 2 - 1),
-        "junk-lines": lambda: "= ]\n" * (MAX_INPUT_CHARS // 4 - 1),
+        "junk-semicolons": lambda: ";" * (MAX_SOURCE_BYTES - 1),
+        "junk-closing-braces": lambda: "}" * (MAX_SOURCE_BYTES - 1),
+        "junk-names": lambda: "a " * (MAX_SOURCE_BYTES // 2 - 1),
+        "junk-lines": lambda: "= ]\n" * (MAX_SOURCE_BYTES // 4 - 1),
         "control-characters": lambda: "".join(chr(c) for c in range(1, 32)) * 10_000,
         "many-stages": lambda: 'pipeline "p" {}\n' + "".join(_STAGE.format(i=i)
                                                             for i in range(5_000)),
@@ -349,7 +349,7 @@ EXTREMES = _extremes()
 @pytest.mark.parametrize("name", sorted(EXTREMES))
 def test_extreme_input(name: str) -> None:
     text = EXTREMES[name]()
-    assert len(text) <= MAX_INPUT_CHARS
+    assert len(text) <= MAX_SOURCE_BYTES
     check_text(text)
 
 

@@ -193,3 +193,29 @@ def test_plain_view_and_summary_report_attempts(tmp_path: Path) -> None:
     assert f"run {record.run_id}: failed" in text
     assert f"    #{first} rung 0: app_failure after" in text
     assert f"    #{second} rung 0: app_failure" in text
+
+
+def test_the_cache_key_of_a_param_default_is_the_compiled_workflows(tmp_path: Path) -> None:
+    """The compiled Workflow holds a default as kubelet-escaped text (`pre$$(X)`, so that the
+    pod gets `pre$(X)`) and its memoization key hashes that; the local key must be the same
+    for the same command, or docs/local.md's "the compiled workflow's key" is not true."""
+    from durapipe.compiler import CompileOptions, compile_pipeline, memo
+    from durapipe.compiler.plan import cache_static
+
+    record = _run(tmp_path, f"""
+        pipeline "p" {{ storage = "s3://bucket/p" }}
+        params {{ x: str = "pre$(X)" }}
+        stage "a" {{
+          image = "x"
+          command = ["{PY}", "-c", "import sys; assert sys.argv[1] == 'pre$(X)'", params.x]
+          cache = true
+        }}
+    """)
+    assert record.status == "succeeded"
+    pipeline = load_path(tmp_path / "p.pipe").pipeline
+    assert pipeline is not None
+    (doc,) = compile_pipeline(pipeline, CompileOptions()).documents
+    (held,) = doc["spec"]["arguments"]["parameters"]
+    assert held == {"name": "x", "value": "pre$$(X)"}
+    static = cache_static(pipeline.stages[0])
+    assert record.stages["a"].cache_key == memo.runtime_key(static, {"x": held["value"]}, {})
