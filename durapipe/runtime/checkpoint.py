@@ -664,7 +664,7 @@ class Backoff:
 
 #: Seconds of the grace period kept back, so a bounded wait reports before the SIGKILL.
 GRACE_MARGIN = 2.0
-DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 #: Before a stop request, a wait without a timeout is bounded by this many grace periods.
 RUNNING_BOUND_FACTOR = 60
 _stop_signalled_at: float | None = None
@@ -675,13 +675,9 @@ class CheckpointDeadlineExceeded(CheckpointError, TimeoutError):
 
 
 def grace_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``DURAPIPE_GRACE_SECONDS`` (the pod's ``terminationGracePeriodSeconds``), else 30."""
-    value = (os.environ if env is None else env).get(contract.ENV_GRACE_SECONDS) or ""
-    try:
-        grace = float(value)
-    except ValueError:
-        return DEFAULT_GRACE_SECONDS
-    return grace if grace > 0 and grace == grace else DEFAULT_GRACE_SECONDS
+    """``DURAPIPE_GRACE_SECONDS`` (the pod's ``terminationGracePeriodSeconds``), else 30;
+    ``ValueError`` when it is not a grace period (:func:`contract.parse_grace_seconds`)."""
+    return contract.grace_seconds_from_env(os.environ if env is None else env)
 
 
 def note_stop_signal(at: float | None = None) -> None:
@@ -800,7 +796,8 @@ class Checkpoint:
         self.uploader = uploader
         self.load_attempts = load_attempts
         #: The pod's grace period: every wait without a timeout is bounded by it.
-        self.grace_seconds = grace_from_env() if grace_seconds is None else grace_seconds
+        self.grace_seconds = (grace_from_env() if grace_seconds is None
+                              else contract.parse_grace_seconds(grace_seconds))
         self._restored: Restored | None = None
         self._queue: queue.Queue[_Upload | None] = queue.Queue()
         self._worker: threading.Thread | None = None
