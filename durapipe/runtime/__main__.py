@@ -27,12 +27,19 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
+def _grace_seconds(text: str) -> float:
+    try:
+        return contract.parse_grace_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m durapipe.runtime", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="subcommand", required=True)
 
     run = commands.add_parser("exec", help="run a stage command and report its verdict")
-    run.add_argument("--grace-seconds", type=float, default=None)
+    run.add_argument("--grace-seconds", type=_grace_seconds, default=None)
     run.add_argument("--termination-log", default=None)
     run.add_argument("--output-hash-dir", default=None)
     run.add_argument("argv", nargs=argparse.REMAINDER)

@@ -42,7 +42,7 @@ from durapipe.runtime.podstatus import record_pod_status
 from durapipe.runtime.store import Store, StoreError, open_store, store_client
 
 log = logging.getLogger("durapipe.agent")
-DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 HEARTBEAT_FILE = "agent.json"
 
 
@@ -252,10 +252,15 @@ def run_agent(
         log.error("no checkpoint URI (--uri or %s)", contract.ENV_CHECKPOINT_URI)
         return contract.EXIT_USAGE
     keep = keep or int(os.environ.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP)
+    try:
+        grace_seconds = grace_from_env()
+    except ValueError as error:  # refused as the wrapper refuses it, not defaulted
+        log.error("%s", error)
+        return contract.EXIT_USAGE
     store, code = open_with_verdict(uri)
     if store is None:
         return code
-    agent = UploadAgent(spool_dir, store, keep=keep, grace_seconds=grace_from_env())
+    agent = UploadAgent(spool_dir, store, keep=keep, grace_seconds=grace_seconds)
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         agent.stopping.set()

@@ -664,7 +664,7 @@ class Backoff:
 
 #: Seconds of the grace period kept back, so a bounded wait reports before the SIGKILL.
 GRACE_MARGIN = 2.0
-DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 #: Before a stop request, a wait without a timeout is bounded by this many grace periods.
 RUNNING_BOUND_FACTOR = 60
 _stop_signalled_at: float | None = None
@@ -675,13 +675,9 @@ class CheckpointDeadlineExceeded(CheckpointError, TimeoutError):
 
 
 def grace_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``DURAPIPE_GRACE_SECONDS`` (the pod's ``terminationGracePeriodSeconds``), else 30."""
-    value = (os.environ if env is None else env).get(contract.ENV_GRACE_SECONDS) or ""
-    try:
-        grace = float(value)
-    except ValueError:
-        return DEFAULT_GRACE_SECONDS
-    return grace if grace > 0 and grace == grace else DEFAULT_GRACE_SECONDS
+    """``DURAPIPE_GRACE_SECONDS`` (the pod's ``terminationGracePeriodSeconds``), else 30;
+    ``ValueError`` when it is not a grace period (:func:`contract.parse_grace_seconds`)."""
+    return contract.grace_seconds_from_env(os.environ if env is None else env)
 
 
 def note_stop_signal(at: float | None = None) -> None:
@@ -704,18 +700,139 @@ def stop_time() -> float | None:
     return min(times) if times else None
 
 
-def default_bound(grace: float) -> float:
-    """How long a wait without an explicit timeout may block, in seconds from now.
+#: How often a wait re-reads its deadline, which a stop request arriving meanwhile shortens.
+DEADLINE_POLL_SECONDS = 0.05
 
-    After a stop request: what is left of the grace period less a margin (a wait that
-    outlives the pod's SIGKILL reports nothing).  Before one, a periodic save may be large
-    and the store slow, so the bound is ``RUNNING_BOUND_FACTOR`` grace periods (30 minutes
-    for the default 30 s): long enough for a big upload, never forever.
+
+class Deadline:
+    """The one deadline every wait of a checkpoint operation derives from (docs/runtime.md,
+    "Deadlines").
+
+    Created once when the operation begins (a save handed over, a restore started) and passed
+    down to everything that waits for it: its own bound runs from then, ``RUNNING_BOUND_FACTOR``
+    grace periods (30 minutes for the default 30 s: long enough for a big upload, never
+    forever) or the caller's ``timeout``; and once a stop is requested it also never passes the
+    stop deadline, the stop time plus the grace period less ``GRACE_MARGIN`` (a wait that
+    outlives the pod's SIGKILL reports nothing).  Each wait asks :meth:`remaining`, so the
+    waits of one operation share one budget instead of each starting a fresh one.
     """
-    stopped = stop_time()
-    if stopped is None:
-        return max(1.0, grace * RUNNING_BOUND_FACTOR)
-    return max(0.0, stopped + grace - GRACE_MARGIN - time.time())
+
+    def __init__(
+        self, grace_seconds: float, timeout: float | None = None, *, began: float | None = None
+    ) -> None:
+        self.grace_seconds = grace_seconds
+        self.timeout = timeout
+        #: ``time.monotonic()`` when the operation began.
+        self.began = time.monotonic() if began is None else began
+        bound = grace_seconds * RUNNING_BOUND_FACTOR if timeout is None else timeout
+        self._own_end = self.began + bound
+
+    @classmethod
+    def since(cls, grace_seconds: float, wall_time: float) -> Deadline:
+        """The deadline of an operation that began at ``wall_time`` (``time.time()``) in
+        another process: a save staged by a trainer, found in the spool."""
+        began = time.monotonic() - max(0.0, time.time() - wall_time)
+        return cls(grace_seconds, began=began)
+
+    def _stop_left(self) -> float | None:
+        stopped = stop_time()
+        if stopped is None:
+            return None
+        return stopped + self.grace_seconds - GRACE_MARGIN - time.time()
+
+    def remaining(self) -> float:
+        """Seconds left (0 once passed); a stop request can only shorten it."""
+        left = self._own_end - time.monotonic()
+        stop_left = self._stop_left()
+        return max(0.0, left if stop_left is None else min(left, stop_left))
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until the deadline if that comes first."""
+        time.sleep(min(seconds, self.remaining()))
+
+    def wait_for(self, finished: Callable[[float], bool]) -> bool:
+        """Call ``finished(slice)`` (which may block up to ``slice`` seconds) until it says
+        so or the deadline passes; whether it finished.  Slices, so a stop request that
+        arrives during the wait shortens it."""
+        while True:
+            left = self.remaining()
+            if finished(min(left, DEADLINE_POLL_SECONDS)):
+                return True
+            if left <= 0.0:
+                return False
+
+    def explain(self) -> str:
+        """Which bound this deadline is, for error messages."""
+        stop_left = self._stop_left()
+        if stop_left is not None and stop_left <= self._own_end - time.monotonic():
+            return (f"the stop deadline: the {self.grace_seconds:g} s grace period less "
+                    f"{GRACE_MARGIN:g} s from the stop request")
+        if self.timeout is not None:
+            return f"the timeout of {self.timeout:g} s"
+        return (f"the bound of {RUNNING_BOUND_FACTOR} grace periods of {self.grace_seconds:g} s "
+                "before a stop request")
+
+    def exceeded(self, what: str) -> str:
+        """``<what> within <seconds since the operation began> s (<which bound>)``."""
+        return f"{what} within {time.monotonic() - self.began:.1f} s ({self.explain()})"
+
+
+class _RestoreAbandoned(BaseException):
+    """Unwinds a restore whose caller gave up at its deadline, cleaning up what it wrote and
+    past every fallback (nobody waits for an older commit either).  A ``BaseException`` so
+    that no handler of store or manifest errors takes it for a reason to try another commit."""
+
+
+class _DeadlineStore:
+    """A store whose every call first checks a deadline: a restore given up by its caller
+    stops at its next request instead of going on against a store that does not answer."""
+
+    def __init__(self, store: Store, deadline: Deadline) -> None:
+        self._store = store
+        self._deadline = deadline
+        self.uri = store.uri
+        self.parallel_files = store.parallel_files
+
+    def _check(self) -> Store:
+        if self._deadline.expired():
+            raise _RestoreAbandoned
+        return self._store
+
+    def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
+        self._check().put_bytes(key, data, create_only=create_only)
+
+    def put_file(
+        self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
+    ) -> str:
+        return self._check().put_file(key, path, consume=consume, digest=digest)
+
+    def fingerprint(self, key: str, algorithm: str) -> str | None:
+        return self._check().fingerprint(key, algorithm)
+
+    def get_bytes(self, key: str) -> bytes:
+        return self._check().get_bytes(key)
+
+    def get_file(
+        self, key: str, path: Path, size: int | None = None, *, algorithm: str | None = None
+    ) -> str | None:
+        return self._check().get_file(key, path, size, algorithm=algorithm)
+
+    def size(self, key: str) -> int | None:
+        return self._check().size(key)
+
+    def list(self, prefix: str) -> list[str]:
+        return self._check().list(prefix)
+
+    def delete(self, key: str) -> None:
+        self._check().delete(key)
+
+
+def _ended(thread: threading.Thread, seconds: float) -> bool:
+    thread.join(seconds)
+    return not thread.is_alive()
 
 
 # -- the user-facing object ---------------------------------------------------------------------
@@ -724,9 +841,14 @@ def default_bound(grace: float) -> float:
 class SaveHandle:
     """A staged save.  ``wait()`` blocks until committed; ``await handle`` does the same."""
 
-    def __init__(self, checkpoint: Checkpoint, request_name: str) -> None:
+    def __init__(
+        self, checkpoint: Checkpoint, request_name: str, deadline: Deadline | None = None
+    ) -> None:
         self._checkpoint = checkpoint
         self.request_name = request_name
+        #: Counted from the hand-over: every wait for this save without a timeout (``wait()``,
+        #: ``flush()``, the exit hook) shares it.
+        self.deadline = deadline or Deadline(checkpoint.grace_seconds)
         self._done = threading.Event()
         self._result: dict[str, Any] | None = None
         #: The last failure of an attempt that is being retried (for the timeout message).
@@ -744,10 +866,12 @@ class SaveHandle:
     def wait(self, timeout: float | None = None) -> Commit:
         """Block until committed; raise :class:`CheckpointError` if it failed and
         :class:`CheckpointDeadlineExceeded` if it is not committed within ``timeout`` seconds
-        (by default: what is left of the grace period, see :func:`default_bound`)."""
-        bound = self._checkpoint._bound(timeout)
-        if not self._checkpoint._wait_result(self, bound):
-            raise self._checkpoint._deadline_error([self], bound)
+        (by default: what is left of this save's :class:`Deadline`; a timeout is counted from
+        the call, and a stop request cuts either short at the stop deadline)."""
+        deadline = self.deadline if timeout is None else Deadline(self._checkpoint.grace_seconds,
+                                                                  timeout)
+        if not self._checkpoint._wait_result(self, deadline):
+            raise self._checkpoint._deadline_error([self], deadline)
         assert self._result is not None
         if "error" in self._result:
             raise CheckpointError(self._result["error"])
@@ -800,8 +924,11 @@ class Checkpoint:
         self.uploader = uploader
         self.load_attempts = load_attempts
         #: The pod's grace period: every wait without a timeout is bounded by it.
-        self.grace_seconds = grace_from_env() if grace_seconds is None else grace_seconds
+        self.grace_seconds = (grace_from_env() if grace_seconds is None
+                              else contract.parse_grace_seconds(grace_seconds))
         self._restored: Restored | None = None
+        #: A restore given up at its deadline that may still be running (see load_sync).
+        self._restoring: threading.Thread | None = None
         self._queue: queue.Queue[_Upload | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._committer: Committer | None = None
@@ -856,28 +983,37 @@ class Checkpoint:
         """Wait until every save handed over so far is committed (or has failed).
 
         Raises :class:`CheckpointDeadlineExceeded`, naming what is not committed, when that
-        takes longer than ``timeout`` (by default: what is left of the grace period)."""
-        bound = self._bound(timeout)
-        deadline = time.monotonic() + bound
+        takes longer than ``timeout`` (by default: each save's own :class:`Deadline`, so a
+        save whose ``wait()`` already spent its bound is not waited for again)."""
+        given = None if timeout is None else Deadline(self.grace_seconds, timeout)
         if self.uploader == "thread":
             with self._lock:
                 handles = list(self._handles.values())
-            late = [
-                handle
-                for handle in handles
-                if not self._wait_result(handle, max(0.0, deadline - time.monotonic()))
-            ]
+            late = [h for h in handles if not self._wait_result(h, given or h.deadline)]
             if late:
-                raise self._deadline_error(late, bound)
+                raise self._deadline_error(late, given or late[0].deadline)
             return
+        handles_by_name: dict[str, SaveHandle] = {}
         while True:
             pending = pending_requests(self.spool_dir)
             if not pending:
                 return
-            if time.monotonic() > deadline:
-                handles = [SaveHandle(self, request.name) for request in pending]
-                raise self._deadline_error(handles, bound)
+            handles = [handles_by_name.setdefault(r.name, self._spooled_handle(r, given))
+                       for r in pending]
+            if all(handle.deadline.expired() for handle in handles):
+                raise self._deadline_error(handles, handles[0].deadline)
             time.sleep(0.02)
+
+    def _spooled_handle(self, request_dir: Path, deadline: Deadline | None) -> SaveHandle:
+        """A handle on a request in the spool; its deadline counts from the hand-over (the
+        request file is written last, just before it)."""
+        if deadline is None:
+            try:
+                handed_over = (request_dir / REQUEST_FILE).stat().st_mtime
+            except OSError:
+                handed_over = time.time()
+            deadline = Deadline.since(self.grace_seconds, handed_over)
+        return SaveHandle(self, request_dir.name, deadline)
 
     def close(self) -> None:
         """Finish pending uploads (bounded like :meth:`flush`) and stop the upload thread."""
@@ -891,18 +1027,12 @@ class Checkpoint:
                 self._worker.join(timeout=1.0)
                 self._worker = None
 
-    def _bound(self, timeout: float | None) -> float:
-        return default_bound(self.grace_seconds) if timeout is None else timeout
-
     def _deadline_error(
-        self, handles: list[SaveHandle], bound: float
+        self, handles: list[SaveHandle], deadline: Deadline
     ) -> CheckpointDeadlineExceeded:
         names = ", ".join(handle.request_name for handle in handles)
         errors = sorted({h.last_error or self._retry_note(h) or "" for h in handles} - {""})
-        message = (
-            f"checkpoint save(s) {names} not committed within {bound:.1f} s "
-            f"(the bound derived from the {self.grace_seconds:g} s grace period)"
-        )
+        message = deadline.exceeded(f"checkpoint save(s) {names} not committed")
         if errors:
             message += "; last error: " + "; ".join(errors)
         return CheckpointDeadlineExceeded(message)
@@ -990,24 +1120,65 @@ class Checkpoint:
             return False
         return True
 
-    def _wait_result(self, handle: SaveHandle, timeout: float | None) -> bool:
+    def _wait_result(self, handle: SaveHandle, deadline: Deadline) -> bool:
         if self.uploader == "thread" or handle._done.is_set():
-            return handle._done.wait(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._poll_result(handle):
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
+            return deadline.wait_for(handle._done.wait)
+
+        def polled(seconds: float) -> bool:
+            if self._poll_result(handle):
+                return True
+            time.sleep(min(seconds, 0.02))
+            return False
+
+        return deadline.wait_for(polled)
 
     # -- load --------------------------------------------------------------------------------
     def load_sync(self) -> Path | None:
-        """Restore the newest committed checkpoint; its local path, or ``None`` if none exists."""
+        """Restore the newest committed checkpoint; its local path, or ``None`` if none exists.
+
+        Raises :class:`CheckpointDeadlineExceeded` when the restore has not finished by its
+        :class:`Deadline` (which begins with this call)."""
         if self._restored is None:
-            self._restored = restore_newest(
-                self.store, self.path / "restored", attempts=self.load_attempts
-            )
+            self._restored = self._restore_before(Deadline(self.grace_seconds))
         return self._restored.path if self._restored else None
+
+    def _restore_before(self, deadline: Deadline) -> Restored | None:
+        """:func:`restore_newest` on a thread of its own, waited for until ``deadline``: a
+        store that never answers cannot hold the caller longer, whatever its client's own
+        timeouts (obstore's requests take no deadline).  Given up, the thread stops at its
+        next store request; a later restore into the same directory waits for it first."""
+        previous = self._restoring
+        if previous is not None and not deadline.wait_for(partial(_ended, previous)):
+            raise CheckpointDeadlineExceeded(
+                deadline.exceeded("the previous, abandoned restore has not stopped")
+            )
+        box: dict[str, Any] = {}
+
+        def restore() -> None:
+            try:
+                box["restored"] = restore_newest(
+                    _DeadlineStore(self.store, deadline), self.path / "restored",
+                    attempts=self.load_attempts, sleep=deadline.sleep,
+                )
+            except _RestoreAbandoned:
+                pass
+            except BaseException as error:  # noqa: BLE001 (re-raised in the caller's thread)
+                box["error"] = error
+
+        worker = threading.Thread(target=restore, name="durapipe-checkpoint-restore",
+                                  daemon=True)
+        self._restoring = worker
+        worker.start()
+        if deadline.wait_for(partial(_ended, worker)):
+            self._restoring = None
+        if "error" in box:
+            raise box["error"]
+        if "restored" in box:
+            restored: Restored | None = box["restored"]
+            return restored
+        raise CheckpointDeadlineExceeded(
+            deadline.exceeded(f"checkpoint restore from {self.uri} not finished")
+        )
 
     async def load_async(self) -> Path | None:
         return await asyncio.get_running_loop().run_in_executor(None, self.load_sync)

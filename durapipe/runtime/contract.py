@@ -8,6 +8,7 @@ it must therefore stay standard-library only and free of side effects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 # -- environment set on every stage container --------------------------------------------------
@@ -33,8 +34,13 @@ ENV_CHECKPOINT_PATH: Final = "DURAPIPE_CHECKPOINT_PATH"
 ENV_CHECKPOINT_KEEP: Final = "DURAPIPE_CHECKPOINT_KEEP"
 #: Directory shared with the upload sidecar (an emptyDir in the pod).
 ENV_SPOOL_DIR: Final = "DURAPIPE_SPOOL_DIR"
-#: Seconds the user process gets between SIGTERM and SIGKILL.
+#: Seconds the user process gets between SIGTERM and SIGKILL (see parse_grace_seconds).
 ENV_GRACE_SECONDS: Final = "DURAPIPE_GRACE_SECONDS"
+#: The grace period when ``DURAPIPE_GRACE_SECONDS`` is unset or empty (Kubernetes' default).
+DEFAULT_GRACE_SECONDS: Final = 30.0
+#: The longest grace period accepted: beyond any pod's, and far inside what timers accept
+#: (the runtime bounds a wait before a stop request by 60 grace periods).
+MAX_GRACE_SECONDS: Final = 1_000_000.0
 #: JSON object ``{output name: local path}`` of the stage's declared outputs.
 ENV_OUTPUTS: Final = "DURAPIPE_OUTPUTS"
 #: Directory where the wrapper writes one file per output holding its content hash;
@@ -123,3 +129,34 @@ AGENT_ENV: Final = (
     ENV_PIPELINE, ENV_STAGE, ENV_RUN_ID, ENV_ATTEMPT, ENV_STORE_URI, ENV_CHECKPOINT_URI,
     ENV_CHECKPOINT_KEEP, ENV_SPOOL_DIR, ENV_GRACE_SECONDS, ENV_STORE_CLIENT, ENV_CONTENT_HASH,
 )
+
+
+# -- the grace period ---------------------------------------------------------------------------
+def parse_grace_seconds(value: str | float | None) -> float:
+    """A grace period in seconds, as the wrapper, the SDK and the agent all read it.
+
+    ``None`` or ``""`` means :data:`DEFAULT_GRACE_SECONDS`; anything but a finite number in
+    (0, :data:`MAX_GRACE_SECONDS`] raises ``ValueError`` (a usage error, never replaced by the
+    default): with 0 or less the wrapper would SIGKILL the stage at once on SIGTERM, before
+    its handler runs, and NaN or infinity would break every deadline derived from it.
+    """
+    if value is None or value == "":
+        return DEFAULT_GRACE_SECONDS
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_GRACE_SECONDS:  # NaN fails every comparison
+        raise ValueError(
+            f"{value!r} is not a grace period: give a number of seconds greater than 0 "
+            f"and at most {MAX_GRACE_SECONDS:.0f}"
+        )
+    return seconds
+
+
+def grace_seconds_from_env(env: Mapping[str, str]) -> float:
+    """``DURAPIPE_GRACE_SECONDS`` of ``env`` (:func:`parse_grace_seconds`); the error names it."""
+    try:
+        return parse_grace_seconds(env.get(ENV_GRACE_SECONDS))
+    except ValueError as error:
+        raise ValueError(f"{ENV_GRACE_SECONDS}: {error}") from None

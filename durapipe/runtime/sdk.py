@@ -29,7 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from durapipe.runtime import checkpoint, contract
-from durapipe.runtime.checkpoint import Checkpoint, note_stop_signal
+from durapipe.runtime.checkpoint import Checkpoint, grace_from_env, note_stop_signal
 
 _stop_flag = threading.Event()
 _handler_lock = threading.Lock()
@@ -192,12 +192,26 @@ def _int(value: str | None) -> int:
     return int(value) if value and value.strip().isdigit() else 0
 
 
+def _refuse_a_bad_grace_period(env: dict[str, str]) -> None:
+    """A grace period that is not a positive finite number is refused as the wrapper refuses
+    it (one line, exit 64), never replaced by a default the pod does not have."""
+    try:
+        grace_from_env(env)
+    except ValueError as error:
+        sys.stderr.write(f"durapipe: {error}\n")
+        sys.stderr.flush()
+        raise SystemExit(contract.EXIT_USAGE) from None
+
+
 def context() -> RuntimeContext:
-    """The process's runtime context (created once; installs the stop and failure hooks)."""
+    """The process's runtime context (created once; installs the stop and failure hooks).
+
+    Exits the process with status 64 when ``DURAPIPE_GRACE_SECONDS`` is not a grace period."""
     global _context
     with _context_lock:
         if _context is None:
             env = dict(os.environ)
+            _refuse_a_bad_grace_period(env)
             install_stop_handler()
             install_failure_hook()
             _context = RuntimeContext(

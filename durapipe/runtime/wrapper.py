@@ -34,7 +34,7 @@ STDERR_TAIL_BYTES = 64 * 1024
 MEMORY_WARN_FRACTION = 0.9
 #: Below this fraction the warning is withdrawn (hysteresis, so it does not flap).
 MEMORY_CLEAR_FRACTION = 0.8
-DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 
 # Lines that identify accelerator out-of-memory errors (PyTorch, cuBLAS, JAX/XLA, ROCm).
 GPU_OOM_PATTERNS = (
@@ -293,10 +293,11 @@ class Attempt:
         base_env = dict(os.environ if env is None else env)
         self.env = base_env
         self.cwd = cwd
+        # Refused, not defaulted: a grace of 0 or less would SIGKILL the stage on SIGTERM.
         self.grace_seconds = (
-            float(base_env.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
+            contract.grace_seconds_from_env(base_env)
             if grace_seconds is None
-            else grace_seconds
+            else contract.parse_grace_seconds(grace_seconds)
         )
         self.termination_log = (
             os.fspath(termination_log)
@@ -352,7 +353,8 @@ class Attempt:
             (self.control_dir / name).unlink(missing_ok=True)
         child_env = with_runtime_importable(dict(self.env))
         child_env[contract.ENV_CONTROL_DIR] = str(self.control_dir)
-        child_env.setdefault(contract.ENV_GRACE_SECONDS, str(self.grace_seconds))
+        # The SDK bounds its waits by the grace this wrapper kills by, never by another one.
+        child_env[contract.ENV_GRACE_SECONDS] = str(self.grace_seconds)
         self._oom_before = self.memory_cgroup.oom_kills() if self.memory_cgroup else None
         self._started_at = time.monotonic()
         # A new session lets a stop reach the whole tree (data-loader workers included).

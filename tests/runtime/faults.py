@@ -263,3 +263,48 @@ def small_tmpfs(mount: Path, size: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers, nor closes
+    it: a black-holed store endpoint (a wedged load balancer, a dead proxy).  Not a proxy
+    fault: nothing behind it ever answers, so every client call waits for its own timeout.
+
+    Use it as the S3 endpoint (``endpoint``) of either client; ``accepted`` counts the
+    connections it holds open."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="silent-server", daemon=True)
+        self._thread.start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(connection)  # read nothing, answer nothing
+
+    def close(self) -> None:
+        self._closing.set()
+        self._thread.join(timeout=5)
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
