@@ -50,6 +50,17 @@ from durapipe.runtime.hashing import (
     tree_entries,
     walk_tree,
 )
+from durapipe.runtime.manifest import (
+    BYTES_NAME,
+    KIND_BYTES,
+    KIND_DIR,
+    KIND_FILE,
+    MANIFEST_FORMAT,
+    PATH_MAX,
+    check_body,
+    check_saved_path,
+    incoming_dir,
+)
 from durapipe.runtime.store import (
     AlreadyExists,
     CorruptObject,
@@ -63,14 +74,11 @@ from durapipe.runtime.store import (
 
 log = logging.getLogger("durapipe.checkpoint")
 
-MANIFEST_FORMAT = "durapipe-checkpoint/1"
 MANIFEST_DIR = "manifests"
 BLOB_DIR = "blobs"
 DEFAULT_KEEP = 3
 #: Downloads of a blob before its digest mismatch condemns the commit that references it.
 DOWNLOAD_ATTEMPTS = 2
-KIND_BYTES, KIND_FILE, KIND_DIR = "bytes", "file", "dir"
-BYTES_NAME = "payload"
 #: Inside a staged request: the data, and the request description written last.
 STAGED_FILES = "files"
 REQUEST_FILE = "request.json"
@@ -161,7 +169,8 @@ def encode_manifest(body: Mapping[str, Any]) -> bytes:
 
 
 def decode_manifest(data: bytes) -> dict[str, Any]:
-    """The manifest body, or ``ValueError`` when the bytes are not an intact manifest."""
+    """The manifest body, or ``ValueError`` when the bytes are not an intact, well-formed
+    manifest (see :mod:`durapipe.runtime.manifest`)."""
     outer = json.loads(data)
     if not isinstance(outer, dict) or not isinstance(outer.get("body"), dict):
         raise ValueError("not a manifest")  # noqa: TRY004 (callers treat ValueError as torn)
@@ -169,8 +178,8 @@ def decode_manifest(data: bytes) -> dict[str, Any]:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     if hash_bytes(canonical.encode(), "sha256") != outer.get("checksum"):
         raise ValueError("manifest checksum mismatch")
-    if body.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"unknown manifest format {body.get('format')!r}")
+    # Whole is not the same as well-formed: the checksum does not say who wrote it.
+    check_body(body)
     return body
 
 
@@ -418,24 +427,18 @@ def restore_newest(
 def _materialise(
     store: Store, body: Mapping[str, Any], destination: Path, again: Callable[[Any], Any]
 ) -> Path:
-    incoming = destination.with_name(destination.name + ".incoming")
+    """Restore a checked manifest body (see :func:`decode_manifest`) into ``destination``.
+
+    Nothing is created or followed outside the tree being built: every path is created one
+    component at a time below it, a component that is not a directory made here is refused,
+    and symlink entries (which nothing in the manifest may lie below) are created last.
+    """
+    incoming = incoming_dir(destination)
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.mkdir(parents=True)
-    algorithm = body.get("algorithm") or default_algorithm()
+    algorithm = body["algorithm"]
     try:
-        files = []
-        for entry in sorted(body["entries"], key=lambda e: e["path"]):
-            target = incoming / entry["path"]
-            if ".." in Path(entry["path"]).parts or Path(entry["path"]).is_absolute():
-                raise CheckpointError(f"unsafe path {entry['path']!r} in manifest")
-            if entry["kind"] == "dir":
-                target.mkdir(parents=True, exist_ok=True)
-            elif entry["kind"] == "symlink":
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(entry["digest"], target)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                files.append((entry, target))
+        files, links = _lay_out(body["entries"], incoming)
 
         def fetch(item: tuple[Mapping[str, Any], Path]) -> None:
             entry, target = item
@@ -461,6 +464,8 @@ def _materialise(
                 os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
 
         run_parallel(fetch, files, store.parallel_files)
+        for target_text, link in links:
+            os.symlink(target_text, link)
         shutil.rmtree(destination, ignore_errors=True)
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(incoming, destination)
@@ -472,6 +477,48 @@ def _materialise(
     if body["kind"] == KIND_FILE:
         return destination / str(body["name"])
     return destination
+
+
+def _lay_out(
+    entries: Iterable[Mapping[str, Any]], root: Path
+) -> tuple[list[tuple[Mapping[str, Any], Path]], list[tuple[str, Path]]]:
+    """Create the directories of a checked entry list below ``root``; return the files to
+    download and the symlinks to create, each with its path."""
+    room = PATH_MAX - len(os.fsencode(root)) - 1
+    made: set[Path] = {root}
+    files: list[tuple[Mapping[str, Any], Path]] = []
+    links: list[tuple[str, Path]] = []
+    for entry in sorted(entries, key=lambda e: str(e["path"])):
+        relative = str(entry["path"])
+        if len(relative.encode()) > room:
+            raise CheckpointError(f"{relative[:60]}...: too long to restore under {root}")
+        parts = relative.split("/")
+        if entry["kind"] == "dir":
+            _make_dirs(root, parts, made)
+            continue
+        _make_dirs(root, parts[:-1], made)
+        target = root.joinpath(*parts)
+        if entry["kind"] == "symlink":
+            links.append((str(entry["digest"]), target))
+        else:
+            files.append((entry, target))
+    return files, links
+
+
+def _make_dirs(root: Path, parts: list[str], made: set[Path]) -> None:
+    """``root/parts...`` as real directories, created here: a component that is anything else
+    (a symlink above all) is refused rather than followed."""
+    path = root
+    for part in parts:
+        path = path / part
+        if path in made:
+            continue
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise CheckpointError(f"{path.relative_to(root)} is not a directory") from None
+        made.add(path)
 
 
 # -- staging (the caller side) ------------------------------------------------------------------
@@ -502,13 +549,17 @@ def stage(
     data: bytes | bytearray | memoryview | str | os.PathLike[str],
     spool_dir: Path,
     metadata: Mapping[str, Any] | None = None,
+    *,
+    restore_dir: Path | None = None,
 ) -> Path:
     """Copy ``data`` into a new request directory under ``spool_dir/pending`` and publish it.
 
     Files are hashed while they are copied (one pass), and the entries travel in the request,
     so the uploader does not read the data again to hash it.  The request becomes visible to
     uploaders only by the final rename, so a process killed while staging leaves a
-    ``.partial`` directory that nobody uploads.
+    ``.partial`` directory that nobody uploads.  A path that could not be restored (longer
+    than ``MAX_RELATIVE_PATH_BYTES``, or than PATH_MAX under ``restore_dir``) is refused with
+    :class:`CheckpointError`.
     """
     algorithm = default_algorithm()
     pending = spool_dir / "pending"
@@ -538,6 +589,7 @@ def stage(
             source = Path(data)
             if source.is_dir():
                 for relative, absolute, info in walk_tree(source):
+                    _check_restorable(relative, absolute, restore_dir)
                     target = files / relative
                     if stat.S_ISLNK(info.st_mode):
                         target.parent.mkdir(parents=True, exist_ok=True)
@@ -556,6 +608,7 @@ def stage(
                         raise ValueError(f"cannot checkpoint {absolute}: not a regular file")
                 request["kind"] = KIND_DIR
             elif source.is_file():
+                _check_restorable(source.name, source, restore_dir)
                 _stage_file(source, files / source.name, source.name, algorithm, entries)
                 request["kind"] = KIND_FILE
                 request["name"] = source.name
@@ -570,6 +623,13 @@ def stage(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return final
+
+
+def _check_restorable(relative: str, source: Path, restore_dir: Path | None) -> None:
+    try:
+        check_saved_path(relative, source, restore_dir)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def pending_requests(spool_dir: Path) -> list[Path]:
@@ -835,7 +895,7 @@ class Checkpoint:
         Blocks only while the data is copied into the spool directory.  The returned handle
         can be waited on (``.wait()``) or awaited.
         """
-        request_dir = stage(data, self.spool_dir, metadata)
+        request_dir = stage(data, self.spool_dir, metadata, restore_dir=self._restore_dir)
         handle = SaveHandle(self, request_dir.name)
         if self.uploader == "thread":
             with self._lock:
@@ -1005,7 +1065,7 @@ class Checkpoint:
         """Restore the newest committed checkpoint; its local path, or ``None`` if none exists."""
         if self._restored is None:
             self._restored = restore_newest(
-                self.store, self.path / "restored", attempts=self.load_attempts
+                self.store, self._restore_dir, attempts=self.load_attempts
             )
         return self._restored.path if self._restored else None
 
@@ -1019,6 +1079,10 @@ class Checkpoint:
         except RuntimeError:
             return self.load_sync()
         return self.load_async()
+
+    @property
+    def _restore_dir(self) -> Path:
+        return self.path / "restored"
 
     @property
     def restored_commit(self) -> Commit | None:
