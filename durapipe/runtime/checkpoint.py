@@ -68,6 +68,7 @@ from durapipe.runtime.store import (
     Store,
     StoreError,
     TransientStoreError,
+    UnexpectedStoreFailure,
     open_store,
     retrying,
 )
@@ -414,8 +415,9 @@ def restore_newest(
         try:
             body = decode_manifest(again(partial(store.get_bytes, manifest_key(seq))))
             path = _materialise(store, body, destination, again)
-        except (NotFound, ValueError, CheckpointError) as error:
-            # Deleted by retention meanwhile, torn, or its data does not verify: fall back.
+        except (NotFound, ValueError, CheckpointError, UnexpectedStoreFailure) as error:
+            # Deleted by retention meanwhile, torn, malformed, its data does not verify, or
+            # the client fails on it (obstore panics on some damage): fall back.
             problems.append(f"#{seq}: {error}")
             log.warning("checkpoint %d unusable, trying the previous one: %s", seq, error)
             continue

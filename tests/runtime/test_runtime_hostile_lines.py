@@ -1,5 +1,5 @@
 """Hostile or broken checkpoint lines: planted and malformed manifests, paths too long to
-restore.
+restore, truncated blobs, failing store clients.
 
 Anyone who can write the line's prefix can plant a manifest whose checksum matches (it is
 integrity, not authentication), so a restore must treat every manifest as untrusted input:
@@ -17,15 +17,24 @@ from typing import Any
 
 import pytest
 
+from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import (
+    MANIFEST_DIR,
     Checkpoint,
     CheckpointError,
+    blob_key,
     decode_manifest,
     encode_manifest,
     manifest_key,
+    restore_newest,
 )
 from durapipe.runtime.manifest import MAX_RELATIVE_PATH_BYTES
-from durapipe.runtime.store import Store
+from durapipe.runtime.store import (
+    PART_SIZE,
+    Store,
+    UnexpectedStoreFailure,
+    open_store,
+)
 
 
 def make_state(root: Path, step: int) -> Path:
@@ -243,3 +252,105 @@ def test_a_long_restore_prefix_is_refused_at_save_time(tmp_path: Path) -> None:
     checkpoint = Checkpoint((tmp_path / "store").as_uri(), path=local, spool_dir=tmp_path / "sp")
     with pytest.raises(CheckpointError, match="could not be restored under"):
         checkpoint.save(state)
+
+
+# -- item 4: any failure of a store client is a store error -------------------------------------
+
+
+def test_a_truncated_large_blob_falls_back_to_the_previous_commit(
+    line_uri: str, tmp_path: Path
+) -> None:
+    writer = new_checkpoint(line_uri, tmp_path / "writer", keep=5)
+    writer.save_sync(make_state(tmp_path / "state1", 1))
+    state = make_state(tmp_path / "state2", 2)
+    (state / "big.bin").write_bytes(os.urandom(2 * PART_SIZE + 4096))  # fetched in ranges
+    writer.save_sync(state)
+    body = newest_body(writer.store)
+    big = next(e for e in body["entries"] if e["path"] == "big.bin")
+    writer.store.put_bytes(blob_key(big["digest"]), os.urandom(PART_SIZE // 16))
+    assert restored_step(line_uri, tmp_path / "trainer") == 1
+
+
+def _panic_class() -> type[BaseException]:
+    """pyo3's PanicException (a BaseException), raised for real by obstore's in-memory store."""
+    import obstore
+    from obstore.store import MemoryStore
+
+    memory = MemoryStore()
+    obstore.put(memory, "k", b"x" * 10)
+    try:
+        obstore.get_ranges(memory, "k", starts=[0, 20], ends=[10, 30])
+    except BaseException as error:  # noqa: BLE001 (that is the point)
+        return type(error)
+    raise AssertionError("obstore did not panic")
+
+
+class _FailingObstore:
+    """obstore's module as ObStore sees it, except that reading ``poisoned`` keys raises."""
+
+    def __init__(self, real: Any, poisoned: set[str], failure: Callable[[], BaseException]) -> None:
+        self._real, self._poisoned, self._failure = real, poisoned, failure
+
+    def __getattr__(self, name: str) -> Any:
+        operation = getattr(self._real, name)
+
+        def call(store: Any, *args: Any, **kwargs: Any) -> Any:
+            if name in ("get", "get_ranges") and args and args[0] in self._poisoned:
+                raise self._failure()
+            return operation(store, *args, **kwargs)
+
+        return call
+
+
+def test_an_obstore_panic_is_a_store_error_and_load_falls_back(
+    s3_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(contract.ENV_STORE_CLIENT, "obstore")
+    store = commit_two(s3_uri, tmp_path)
+    panic = _panic_class()
+    newest = {blob_key(e["digest"]) for e in newest_body(store)["entries"] if e["kind"] == "file"}
+    first = decode_manifest(store.get_bytes(manifest_key(1)))
+    newest -= {blob_key(e["digest"]) for e in first["entries"] if e["kind"] == "file"}
+    obstore_store: Any = open_store(s3_uri)
+    real = obstore_store._obstore
+    key = sorted(newest)[0]
+    for failure, raised in ((KeyboardInterrupt, KeyboardInterrupt), (SystemExit, SystemExit)):
+        obstore_store._obstore = _FailingObstore(real, newest, failure)
+        with pytest.raises(raised):  # the interpreter's own exits are never swallowed
+            obstore_store.get_bytes(key)
+    obstore_store._obstore = _FailingObstore(real, newest, lambda: panic("range start > end"))
+    with pytest.raises(UnexpectedStoreFailure, match="PanicException: range start > end"):
+        obstore_store.get_bytes(key)
+    restored = restore_newest(obstore_store, tmp_path / "restored")
+    assert restored is not None and restored.commit.seq == 1
+
+
+def test_any_failure_of_the_stdlib_client_is_a_store_error(
+    s3_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import http.client
+
+    from durapipe.runtime.s3 import StdlibS3Store
+
+    store = StdlibS3Store(s3_uri)
+    store.put_bytes("manifests/000000000001.json", b"{}")
+
+    class Strange(BaseException):
+        pass
+
+    def strange(*_: Any, **__: Any) -> Any:
+        raise Strange("a client library bug")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(http.client.HTTPConnection, "getresponse", strange)
+        with pytest.raises(UnexpectedStoreFailure, match="Strange: a client library bug"):
+            store.get_bytes("manifests/000000000001.json")
+    with monkeypatch.context() as patch:
+        patch.setattr(http.client.HTTPConnection, "getresponse",
+                      lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            store.get_bytes("manifests/000000000001.json")
+    with monkeypatch.context() as patch:  # a listing that is not XML (a captive proxy, say)
+        patch.setattr(store, "_request", lambda *_, **__: (200, {}, b"<html>hello"))
+        with pytest.raises(UnexpectedStoreFailure, match="ParseError"):
+            store.list(MANIFEST_DIR)
