@@ -16,8 +16,10 @@ download with the right size and digest; otherwise it falls back to the previous
 Transient store errors are retried and, when they persist, raised: a store that cannot be read
 is never reported as "no checkpoint".
 
-Single writer per checkpoint line: the compiler keys the line by run and stage, and attempts of
-one stage do not overlap.
+Single writer per checkpoint line: the compiler keys the line by run and stage, and the newest
+writer's claim (``writers/``) fences out an older one still running (see :class:`LineClaim`).
+Manifests are untrusted input: :mod:`durapipe.runtime.manifest` checks each body before a
+restore, which never creates or follows anything outside its directory.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import logging
 import os
 import queue
 import shutil
+import socket
 import stat
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -85,6 +89,9 @@ STAGED_FILES = "files"
 REQUEST_FILE = "request.json"
 #: ``<spool>/retrying/<name>.json``: the last error of a request the agent keeps retrying.
 RETRY_DIR = "retrying"
+#: A blob no manifest references is collected only once it is this much older than the
+#: collecting commit: younger, it may belong to another writer's commit still uploading.
+UNREFERENCED_BLOB_GRACE_SECONDS = 3600.0
 
 
 class CheckpointError(Exception):
@@ -203,6 +210,101 @@ def _entry_to_json(
     return encoded
 
 
+# -- one writer per line ------------------------------------------------------------------------
+
+WRITER_DIR = "writers"
+
+
+class LineTakenOver(CheckpointError):  # noqa: N818 (reads as what happened to the writer)
+    """Another writer claimed this checkpoint line after this one: this one may not commit."""
+
+
+def claim_key(epoch: int, identity: str) -> str:
+    return f"{WRITER_DIR}/{epoch:012d}-{identity}.json"
+
+
+def _claim_of(key: str) -> tuple[int, str] | None:
+    stem = key.rsplit("/", 1)[-1].removesuffix(".json")
+    epoch, _, identity = stem.partition("-")
+    return (int(epoch), identity) if epoch.isdigit() and identity else None
+
+
+class LineClaim:
+    """One writer per checkpoint line, enforced: the newest writer holds the line.
+
+    A writer claims the line before its first commit by writing ``writers/<epoch>-<id>.json``
+    with an epoch above every claim it lists (the random id breaks a tie between two writers
+    that list at once, so no conditional write is needed).  The claim that sorts last holds
+    the line.  Before a writer writes a manifest and again after, it checks that its claim is
+    still the newest; once it is not, the writer stops for good (:class:`LineTakenOver`),
+    removes the manifest it may just have written, and deletes nothing else of the line's.
+
+    The newest wins because two writers on one line are an attempt and the zombie of an
+    earlier one (a pod on a partitioned node that Argo already replaced): the retry is what
+    the workflow waits for, and the zombie must not commit, least of all collect garbage
+    under the retry.  A lease with an expiry would instead make every retry after a SIGKILL
+    or an OOM kill wait until the dead attempt's lease ran out.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.held: tuple[int, str] | None = None
+        #: Why this writer may no longer commit, once it knows.
+        self.lost: str | None = None
+
+    def _claims(self) -> list[tuple[int, str]]:
+        keys = retrying(lambda: self.store.list(WRITER_DIR))
+        return sorted(claim for claim in map(_claim_of, keys) if claim is not None)
+
+    def ensure(self) -> None:
+        """Claim the line unless this writer already has; raise if it has lost it."""
+        if self.lost is not None:
+            raise LineTakenOver(self.lost)
+        if self.held is not None:
+            return
+        older = self._claims()
+        mine = ((older[-1][0] + 1) if older else 1, uuid.uuid4().hex)
+        record = {
+            "claimed": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pod": os.environ.get("POD_NAME", ""),
+        }
+        data = json.dumps(record, sort_keys=True).encode()
+        retrying(partial(self.store.put_bytes, claim_key(*mine), data, create_only=True))
+        self.held = mine
+        for claim in older:  # their writers are fenced out by ours, which sorts after them
+            try:
+                retrying(partial(self.store.delete, claim_key(*claim)))
+            except StoreError as error:
+                log.warning("could not remove an older writer's claim: %s", error)
+
+    def check(self) -> None:
+        """Raise :class:`LineTakenOver` unless this writer's claim is still the newest."""
+        self.ensure()
+        claims = self._claims()
+        if claims and claims[-1] == self.held:
+            return
+        newer = claims[-1] if claims and self.held is not None and claims[-1] > self.held else None
+        self.lost = (
+            f"another writer took over this checkpoint line ({self.store.uri}): "
+            f"{self._describe(newer)}; two attempts write to one line at once (a zombie of an "
+            "earlier attempt still running?), and only the newest may commit: this one stops"
+        )
+        raise LineTakenOver(self.lost)
+
+    def _describe(self, claim: tuple[int, str] | None) -> str:
+        if claim is None:
+            return "this writer's claim is gone from writers/"
+        try:
+            record = json.loads(self.store.get_bytes(claim_key(*claim)))
+            who = f"pod {record.get('pod') or '?'} on {record.get('host')}, pid {record.get('pid')}"
+            when = time.strftime("%H:%M:%S", time.gmtime(float(record["claimed"])))
+            return f"claim #{claim[0]} by {who} at {when} UTC"
+        except (StoreError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"claim #{claim[0]}"
+
+
 # -- committing (the uploader side) -------------------------------------------------------------
 
 
@@ -222,6 +324,7 @@ class Committer:
         #: Blobs of the newest commit: digest -> (size, fingerprint recorded when the blob was
         #: uploaded and verified).  ``None``: read it from the store first.
         self._known: dict[str, tuple[int, str | None]] | None = None
+        self._claim = LineClaim(store)
 
     def _committed_seqs(self) -> list[int]:
         keys = retrying(lambda: self.store.list(MANIFEST_DIR))
@@ -241,7 +344,10 @@ class Committer:
         return {}
 
     def commit(self, request_dir: Path) -> Commit:
-        """Upload and commit one staged request directory (see :func:`stage`)."""
+        """Upload and commit one staged request directory (see :func:`stage`).
+
+        Raises :class:`LineTakenOver` once another writer has claimed the line."""
+        self._claim.ensure()
         request = json.loads((request_dir / REQUEST_FILE).read_text())
         files_root = request_dir / STAGED_FILES
         mtimes: dict[str, int] = {}
@@ -307,29 +413,45 @@ class Committer:
                     for entry in entries
                 ],
             }
-            seq = (seqs[-1] + 1) if seqs else 1
-            while True:
-                body["seq"] = seq
-                data = encode_manifest(body)
-                try:
-                    retrying(
-                        partial(self.store.put_bytes, manifest_key(seq), data, create_only=True)
-                    )
-                    break
-                except AlreadyExists:
-                    # Another writer (a zombie attempt) took this number; go after it.
-                    seq = max(self._committed_seqs() + [seq]) + 1
-        except BaseException:
+            seq = self._publish(body, (seqs[-1] + 1) if seqs else 1)
+        except BaseException as error:
             # Trust nothing next time; and what this attempt uploaded but no manifest refers
             # to goes now, or a full store would stay full until some later commit succeeds.
+            # A writer that lost the line deletes nothing: the newer one may reuse those blobs.
             self._known = None
-            self._discard({blob_key(e.digest) for e in to_upload})
+            if not isinstance(error, LineTakenOver):
+                self._discard({blob_key(e.digest) for e in to_upload})
             raise
         self._known = {e.digest: (e.size, stored.get(e.digest)) for e in unique.values()}
         self._collect_garbage(seq)
         uploaded = sum(entry.size for entry in to_upload)
         reused = sum(e.size for e in entries if e.kind == "file") - uploaded
         return Commit(seq, request["kind"], body["metadata"], uploaded, reused, tuple(repaired))
+
+    def _publish(self, body: dict[str, Any], seq: int) -> int:
+        """Write the manifest create-only at ``seq`` or the next free number, while this
+        writer holds the line (checked before, and after: a newer writer may have claimed it
+        in between, and then this commit must not stand)."""
+        self._claim.check()
+        while True:
+            body["seq"] = seq
+            data = encode_manifest(body)
+            try:
+                retrying(partial(self.store.put_bytes, manifest_key(seq), data, create_only=True))
+                break
+            except AlreadyExists:
+                # Another writer took this number; go after it (the check below decides).
+                seq = max(self._committed_seqs() + [seq]) + 1
+        try:
+            self._claim.check()
+        except LineTakenOver:
+            try:
+                retrying(partial(self.store.delete, manifest_key(seq)))
+            except StoreError as error:
+                log.warning("could not remove the manifest of a commit that lost its line: %s",
+                            error)
+            raise
+        return seq
 
     def _referenced(self, seqs: Iterable[int]) -> set[str]:
         referenced: set[str] = set()
@@ -354,7 +476,11 @@ class Committer:
     def _collect_garbage(self, newest: int) -> None:
         """Keep the newest ``keep`` manifests and the blobs they reference.
 
-        Failures here are logged, not raised: the commit already happened.
+        A blob no manifest ever referenced (an upload of a commit still in flight, or the
+        leftover of a killed writer) goes only once it is older, by the store's clock, than
+        :data:`UNREFERENCED_BLOB_GRACE_SECONDS` before our manifest: a writer that lost the
+        line while collecting must not delete what the new one is uploading.  Failures here
+        are logged, not raised: the commit already happened.
         """
         try:
             sweep = getattr(self.store, "remove_stale_temporaries", None)
@@ -363,16 +489,28 @@ class Committer:
             seqs = self._committed_seqs()
             # Manifests above ours (another writer's) are never collected, nor their blobs.
             doomed = [s for s in seqs if s <= newest][: -self.keep]
-            for seq in doomed:
-                retrying(partial(self.store.delete, manifest_key(seq)))
             if not doomed:
                 return
+            retired = self._referenced(doomed)
+            for seq in doomed:
+                retrying(partial(self.store.delete, manifest_key(seq)))
             referenced = self._referenced(s for s in seqs if s not in doomed)
+            # By the store's clock, so a skewed pod clock cannot make a fresh upload look old.
+            written = retrying(partial(self.store.modified, manifest_key(newest)))
             for key in retrying(lambda: self.store.list(BLOB_DIR)):
-                if key not in referenced:
+                if key in referenced:
+                    continue
+                if key in retired or self._older_than_grace(key, written):
                     retrying(partial(self.store.delete, key))
-        except (StoreError, OSError) as error:
-            log.warning("checkpoint garbage collection failed: %s", error)
+        except Exception as error:  # noqa: BLE001 (a committed save must not fail here)
+            log.warning("checkpoint garbage collection failed: %s: %s", type(error).__name__, error)
+
+    def _older_than_grace(self, key: str, reference: float | None) -> bool:
+        """Whether blob ``key`` was written a grace period before ``reference`` (unknown: no)."""
+        if reference is None:
+            return False
+        modified = retrying(partial(self.store.modified, key))
+        return modified is not None and modified < reference - UNREFERENCED_BLOB_GRACE_SECONDS
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -1123,6 +1261,7 @@ __all__ = [
     "CheckpointError",
     "Commit",
     "Committer",
+    "LineTakenOver",
     "SaveHandle",
     "TransientStoreError",
     "latest_checkpoint",

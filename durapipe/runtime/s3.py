@@ -19,6 +19,7 @@ import socket
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote, urlparse
@@ -261,3 +262,10 @@ class StdlibS3Store:
             self._request("DELETE", key)
         except NotFound:
             pass
+
+    @translate_failures
+    def modified(self, key: str) -> float | None:
+        meta = self._head(key)
+        if meta is None:
+            return None
+        return parsedate_to_datetime(meta["last-modified"]).timestamp()

@@ -133,6 +133,11 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None: ...
 
+    def modified(self, key: str) -> float | None:
+        """When the object was last written, in seconds since the epoch by the store's clock
+        (compare it only with another object's); ``None`` when it does not exist."""
+        ...
+
 
 def retrying(
     operation: Callable[[], T],
@@ -317,6 +322,14 @@ class LocalStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def modified(self, key: str) -> float | None:
+        # ctime: publishing links or renames the file, which sets it, while the mtime of a
+        # linked staged file is when it was staged.
+        try:
+            return self._path(key).stat().st_ctime
+        except FileNotFoundError:
+            return None
+
 
 def _fsync_dir(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
@@ -499,6 +512,14 @@ class ObStore:
             self._call(lambda: self._obstore.delete(self._store, key))
         except NotFound:
             pass
+
+    @translate_failures
+    def modified(self, key: str) -> float | None:
+        try:
+            meta = self._call(lambda: self._obstore.head(self._store, key))
+        except NotFound:
+            return None
+        return float(meta["last_modified"].timestamp())
 
 
 def s3_etag(path: Path, part_size: int) -> str:
