@@ -16,8 +16,10 @@ download with the right size and digest; otherwise it falls back to the previous
 Transient store errors are retried and, when they persist, raised: a store that cannot be read
 is never reported as "no checkpoint".
 
-Single writer per checkpoint line: the compiler keys the line by run and stage, and attempts of
-one stage do not overlap.
+Single writer per checkpoint line: the compiler keys the line by run and stage, and the newest
+writer's claim (``writers/``) fences out an older one still running (see :class:`LineClaim`).
+Manifests are untrusted input: :mod:`durapipe.runtime.manifest` checks each body before a
+restore, which never creates or follows anything outside its directory.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import logging
 import os
 import queue
 import shutil
+import socket
 import stat
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -50,6 +54,17 @@ from durapipe.runtime.hashing import (
     tree_entries,
     walk_tree,
 )
+from durapipe.runtime.manifest import (
+    BYTES_NAME,
+    KIND_BYTES,
+    KIND_DIR,
+    KIND_FILE,
+    MANIFEST_FORMAT,
+    PATH_MAX,
+    check_body,
+    check_saved_path,
+    incoming_dir,
+)
 from durapipe.runtime.store import (
     AlreadyExists,
     CorruptObject,
@@ -57,25 +72,26 @@ from durapipe.runtime.store import (
     Store,
     StoreError,
     TransientStoreError,
+    UnexpectedStoreFailure,
     open_store,
     retrying,
 )
 
 log = logging.getLogger("durapipe.checkpoint")
 
-MANIFEST_FORMAT = "durapipe-checkpoint/1"
 MANIFEST_DIR = "manifests"
 BLOB_DIR = "blobs"
 DEFAULT_KEEP = 3
 #: Downloads of a blob before its digest mismatch condemns the commit that references it.
 DOWNLOAD_ATTEMPTS = 2
-KIND_BYTES, KIND_FILE, KIND_DIR = "bytes", "file", "dir"
-BYTES_NAME = "payload"
 #: Inside a staged request: the data, and the request description written last.
 STAGED_FILES = "files"
 REQUEST_FILE = "request.json"
 #: ``<spool>/retrying/<name>.json``: the last error of a request the agent keeps retrying.
 RETRY_DIR = "retrying"
+#: A blob no manifest references is collected only once it is this much older than the
+#: collecting commit: younger, it may belong to another writer's commit still uploading.
+UNREFERENCED_BLOB_GRACE_SECONDS = 3600.0
 
 
 class CheckpointError(Exception):
@@ -161,7 +177,8 @@ def encode_manifest(body: Mapping[str, Any]) -> bytes:
 
 
 def decode_manifest(data: bytes) -> dict[str, Any]:
-    """The manifest body, or ``ValueError`` when the bytes are not an intact manifest."""
+    """The manifest body, or ``ValueError`` when the bytes are not an intact, well-formed
+    manifest (see :mod:`durapipe.runtime.manifest`)."""
     outer = json.loads(data)
     if not isinstance(outer, dict) or not isinstance(outer.get("body"), dict):
         raise ValueError("not a manifest")  # noqa: TRY004 (callers treat ValueError as torn)
@@ -169,8 +186,8 @@ def decode_manifest(data: bytes) -> dict[str, Any]:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     if hash_bytes(canonical.encode(), "sha256") != outer.get("checksum"):
         raise ValueError("manifest checksum mismatch")
-    if body.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"unknown manifest format {body.get('format')!r}")
+    # Whole is not the same as well-formed: the checksum does not say who wrote it.
+    check_body(body)
     return body
 
 
@@ -193,6 +210,101 @@ def _entry_to_json(
     return encoded
 
 
+# -- one writer per line ------------------------------------------------------------------------
+
+WRITER_DIR = "writers"
+
+
+class LineTakenOver(CheckpointError):  # noqa: N818 (reads as what happened to the writer)
+    """Another writer claimed this checkpoint line after this one: this one may not commit."""
+
+
+def claim_key(epoch: int, identity: str) -> str:
+    return f"{WRITER_DIR}/{epoch:012d}-{identity}.json"
+
+
+def _claim_of(key: str) -> tuple[int, str] | None:
+    stem = key.rsplit("/", 1)[-1].removesuffix(".json")
+    epoch, _, identity = stem.partition("-")
+    return (int(epoch), identity) if epoch.isdigit() and identity else None
+
+
+class LineClaim:
+    """One writer per checkpoint line, enforced: the newest writer holds the line.
+
+    A writer claims the line before its first commit by writing ``writers/<epoch>-<id>.json``
+    with an epoch above every claim it lists (the random id breaks a tie between two writers
+    that list at once, so no conditional write is needed).  The claim that sorts last holds
+    the line.  Before a writer writes a manifest and again after, it checks that its claim is
+    still the newest; once it is not, the writer stops for good (:class:`LineTakenOver`),
+    removes the manifest it may just have written, and deletes nothing else of the line's.
+
+    The newest wins because two writers on one line are an attempt and the zombie of an
+    earlier one (a pod on a partitioned node that Argo already replaced): the retry is what
+    the workflow waits for, and the zombie must not commit, least of all collect garbage
+    under the retry.  A lease with an expiry would instead make every retry after a SIGKILL
+    or an OOM kill wait until the dead attempt's lease ran out.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.held: tuple[int, str] | None = None
+        #: Why this writer may no longer commit, once it knows.
+        self.lost: str | None = None
+
+    def _claims(self) -> list[tuple[int, str]]:
+        keys = retrying(lambda: self.store.list(WRITER_DIR))
+        return sorted(claim for claim in map(_claim_of, keys) if claim is not None)
+
+    def ensure(self) -> None:
+        """Claim the line unless this writer already has; raise if it has lost it."""
+        if self.lost is not None:
+            raise LineTakenOver(self.lost)
+        if self.held is not None:
+            return
+        older = self._claims()
+        mine = ((older[-1][0] + 1) if older else 1, uuid.uuid4().hex)
+        record = {
+            "claimed": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pod": os.environ.get("POD_NAME", ""),
+        }
+        data = json.dumps(record, sort_keys=True).encode()
+        retrying(partial(self.store.put_bytes, claim_key(*mine), data, create_only=True))
+        self.held = mine
+        for claim in older:  # their writers are fenced out by ours, which sorts after them
+            try:
+                retrying(partial(self.store.delete, claim_key(*claim)))
+            except StoreError as error:
+                log.warning("could not remove an older writer's claim: %s", error)
+
+    def check(self) -> None:
+        """Raise :class:`LineTakenOver` unless this writer's claim is still the newest."""
+        self.ensure()
+        claims = self._claims()
+        if claims and claims[-1] == self.held:
+            return
+        newer = claims[-1] if claims and self.held is not None and claims[-1] > self.held else None
+        self.lost = (
+            f"another writer took over this checkpoint line ({self.store.uri}): "
+            f"{self._describe(newer)}; two attempts write to one line at once (a zombie of an "
+            "earlier attempt still running?), and only the newest may commit: this one stops"
+        )
+        raise LineTakenOver(self.lost)
+
+    def _describe(self, claim: tuple[int, str] | None) -> str:
+        if claim is None:
+            return "this writer's claim is gone from writers/"
+        try:
+            record = json.loads(self.store.get_bytes(claim_key(*claim)))
+            who = f"pod {record.get('pod') or '?'} on {record.get('host')}, pid {record.get('pid')}"
+            when = time.strftime("%H:%M:%S", time.gmtime(float(record["claimed"])))
+            return f"claim #{claim[0]} by {who} at {when} UTC"
+        except (StoreError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"claim #{claim[0]}"
+
+
 # -- committing (the uploader side) -------------------------------------------------------------
 
 
@@ -212,6 +324,7 @@ class Committer:
         #: Blobs of the newest commit: digest -> (size, fingerprint recorded when the blob was
         #: uploaded and verified).  ``None``: read it from the store first.
         self._known: dict[str, tuple[int, str | None]] | None = None
+        self._claim = LineClaim(store)
 
     def _committed_seqs(self) -> list[int]:
         keys = retrying(lambda: self.store.list(MANIFEST_DIR))
@@ -231,7 +344,10 @@ class Committer:
         return {}
 
     def commit(self, request_dir: Path) -> Commit:
-        """Upload and commit one staged request directory (see :func:`stage`)."""
+        """Upload and commit one staged request directory (see :func:`stage`).
+
+        Raises :class:`LineTakenOver` once another writer has claimed the line."""
+        self._claim.ensure()
         request = json.loads((request_dir / REQUEST_FILE).read_text())
         files_root = request_dir / STAGED_FILES
         mtimes: dict[str, int] = {}
@@ -297,29 +413,45 @@ class Committer:
                     for entry in entries
                 ],
             }
-            seq = (seqs[-1] + 1) if seqs else 1
-            while True:
-                body["seq"] = seq
-                data = encode_manifest(body)
-                try:
-                    retrying(
-                        partial(self.store.put_bytes, manifest_key(seq), data, create_only=True)
-                    )
-                    break
-                except AlreadyExists:
-                    # Another writer (a zombie attempt) took this number; go after it.
-                    seq = max(self._committed_seqs() + [seq]) + 1
-        except BaseException:
+            seq = self._publish(body, (seqs[-1] + 1) if seqs else 1)
+        except BaseException as error:
             # Trust nothing next time; and what this attempt uploaded but no manifest refers
             # to goes now, or a full store would stay full until some later commit succeeds.
+            # A writer that lost the line deletes nothing: the newer one may reuse those blobs.
             self._known = None
-            self._discard({blob_key(e.digest) for e in to_upload})
+            if not isinstance(error, LineTakenOver):
+                self._discard({blob_key(e.digest) for e in to_upload})
             raise
         self._known = {e.digest: (e.size, stored.get(e.digest)) for e in unique.values()}
         self._collect_garbage(seq)
         uploaded = sum(entry.size for entry in to_upload)
         reused = sum(e.size for e in entries if e.kind == "file") - uploaded
         return Commit(seq, request["kind"], body["metadata"], uploaded, reused, tuple(repaired))
+
+    def _publish(self, body: dict[str, Any], seq: int) -> int:
+        """Write the manifest create-only at ``seq`` or the next free number, while this
+        writer holds the line (checked before, and after: a newer writer may have claimed it
+        in between, and then this commit must not stand)."""
+        self._claim.check()
+        while True:
+            body["seq"] = seq
+            data = encode_manifest(body)
+            try:
+                retrying(partial(self.store.put_bytes, manifest_key(seq), data, create_only=True))
+                break
+            except AlreadyExists:
+                # Another writer took this number; go after it (the check below decides).
+                seq = max(self._committed_seqs() + [seq]) + 1
+        try:
+            self._claim.check()
+        except LineTakenOver:
+            try:
+                retrying(partial(self.store.delete, manifest_key(seq)))
+            except StoreError as error:
+                log.warning("could not remove the manifest of a commit that lost its line: %s",
+                            error)
+            raise
+        return seq
 
     def _referenced(self, seqs: Iterable[int]) -> set[str]:
         referenced: set[str] = set()
@@ -344,7 +476,11 @@ class Committer:
     def _collect_garbage(self, newest: int) -> None:
         """Keep the newest ``keep`` manifests and the blobs they reference.
 
-        Failures here are logged, not raised: the commit already happened.
+        A blob no manifest ever referenced (an upload of a commit still in flight, or the
+        leftover of a killed writer) goes only once it is older, by the store's clock, than
+        :data:`UNREFERENCED_BLOB_GRACE_SECONDS` before our manifest: a writer that lost the
+        line while collecting must not delete what the new one is uploading.  Failures here
+        are logged, not raised: the commit already happened.
         """
         try:
             sweep = getattr(self.store, "remove_stale_temporaries", None)
@@ -353,16 +489,28 @@ class Committer:
             seqs = self._committed_seqs()
             # Manifests above ours (another writer's) are never collected, nor their blobs.
             doomed = [s for s in seqs if s <= newest][: -self.keep]
-            for seq in doomed:
-                retrying(partial(self.store.delete, manifest_key(seq)))
             if not doomed:
                 return
+            retired = self._referenced(doomed)
+            for seq in doomed:
+                retrying(partial(self.store.delete, manifest_key(seq)))
             referenced = self._referenced(s for s in seqs if s not in doomed)
+            # By the store's clock, so a skewed pod clock cannot make a fresh upload look old.
+            written = retrying(partial(self.store.modified, manifest_key(newest)))
             for key in retrying(lambda: self.store.list(BLOB_DIR)):
-                if key not in referenced:
+                if key in referenced:
+                    continue
+                if key in retired or self._older_than_grace(key, written):
                     retrying(partial(self.store.delete, key))
-        except (StoreError, OSError) as error:
-            log.warning("checkpoint garbage collection failed: %s", error)
+        except Exception as error:  # noqa: BLE001 (a committed save must not fail here)
+            log.warning("checkpoint garbage collection failed: %s: %s", type(error).__name__, error)
+
+    def _older_than_grace(self, key: str, reference: float | None) -> bool:
+        """Whether blob ``key`` was written a grace period before ``reference`` (unknown: no)."""
+        if reference is None:
+            return False
+        modified = retrying(partial(self.store.modified, key))
+        return modified is not None and modified < reference - UNREFERENCED_BLOB_GRACE_SECONDS
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -405,8 +553,9 @@ def restore_newest(
         try:
             body = decode_manifest(again(partial(store.get_bytes, manifest_key(seq))))
             path = _materialise(store, body, destination, again)
-        except (NotFound, ValueError, CheckpointError) as error:
-            # Deleted by retention meanwhile, torn, or its data does not verify: fall back.
+        except (NotFound, ValueError, CheckpointError, UnexpectedStoreFailure) as error:
+            # Deleted by retention meanwhile, torn, malformed, its data does not verify, or
+            # the client fails on it (obstore panics on some damage): fall back.
             problems.append(f"#{seq}: {error}")
             log.warning("checkpoint %d unusable, trying the previous one: %s", seq, error)
             continue
@@ -418,24 +567,18 @@ def restore_newest(
 def _materialise(
     store: Store, body: Mapping[str, Any], destination: Path, again: Callable[[Any], Any]
 ) -> Path:
-    incoming = destination.with_name(destination.name + ".incoming")
+    """Restore a checked manifest body (see :func:`decode_manifest`) into ``destination``.
+
+    Nothing is created or followed outside the tree being built: every path is created one
+    component at a time below it, a component that is not a directory made here is refused,
+    and symlink entries (which nothing in the manifest may lie below) are created last.
+    """
+    incoming = incoming_dir(destination)
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.mkdir(parents=True)
-    algorithm = body.get("algorithm") or default_algorithm()
+    algorithm = body["algorithm"]
     try:
-        files = []
-        for entry in sorted(body["entries"], key=lambda e: e["path"]):
-            target = incoming / entry["path"]
-            if ".." in Path(entry["path"]).parts or Path(entry["path"]).is_absolute():
-                raise CheckpointError(f"unsafe path {entry['path']!r} in manifest")
-            if entry["kind"] == "dir":
-                target.mkdir(parents=True, exist_ok=True)
-            elif entry["kind"] == "symlink":
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(entry["digest"], target)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                files.append((entry, target))
+        files, links = _lay_out(body["entries"], incoming)
 
         def fetch(item: tuple[Mapping[str, Any], Path]) -> None:
             entry, target = item
@@ -461,6 +604,8 @@ def _materialise(
                 os.utime(target, ns=(entry["mtime_ns"], entry["mtime_ns"]))
 
         run_parallel(fetch, files, store.parallel_files)
+        for target_text, link in links:
+            os.symlink(target_text, link)
         shutil.rmtree(destination, ignore_errors=True)
         destination.parent.mkdir(parents=True, exist_ok=True)
         os.replace(incoming, destination)
@@ -472,6 +617,48 @@ def _materialise(
     if body["kind"] == KIND_FILE:
         return destination / str(body["name"])
     return destination
+
+
+def _lay_out(
+    entries: Iterable[Mapping[str, Any]], root: Path
+) -> tuple[list[tuple[Mapping[str, Any], Path]], list[tuple[str, Path]]]:
+    """Create the directories of a checked entry list below ``root``; return the files to
+    download and the symlinks to create, each with its path."""
+    room = PATH_MAX - len(os.fsencode(root)) - 1
+    made: set[Path] = {root}
+    files: list[tuple[Mapping[str, Any], Path]] = []
+    links: list[tuple[str, Path]] = []
+    for entry in sorted(entries, key=lambda e: str(e["path"])):
+        relative = str(entry["path"])
+        if len(relative.encode()) > room:
+            raise CheckpointError(f"{relative[:60]}...: too long to restore under {root}")
+        parts = relative.split("/")
+        if entry["kind"] == "dir":
+            _make_dirs(root, parts, made)
+            continue
+        _make_dirs(root, parts[:-1], made)
+        target = root.joinpath(*parts)
+        if entry["kind"] == "symlink":
+            links.append((str(entry["digest"]), target))
+        else:
+            files.append((entry, target))
+    return files, links
+
+
+def _make_dirs(root: Path, parts: list[str], made: set[Path]) -> None:
+    """``root/parts...`` as real directories, created here: a component that is anything else
+    (a symlink above all) is refused rather than followed."""
+    path = root
+    for part in parts:
+        path = path / part
+        if path in made:
+            continue
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise CheckpointError(f"{path.relative_to(root)} is not a directory") from None
+        made.add(path)
 
 
 # -- staging (the caller side) ------------------------------------------------------------------
@@ -502,13 +689,17 @@ def stage(
     data: bytes | bytearray | memoryview | str | os.PathLike[str],
     spool_dir: Path,
     metadata: Mapping[str, Any] | None = None,
+    *,
+    restore_dir: Path | None = None,
 ) -> Path:
     """Copy ``data`` into a new request directory under ``spool_dir/pending`` and publish it.
 
     Files are hashed while they are copied (one pass), and the entries travel in the request,
     so the uploader does not read the data again to hash it.  The request becomes visible to
     uploaders only by the final rename, so a process killed while staging leaves a
-    ``.partial`` directory that nobody uploads.
+    ``.partial`` directory that nobody uploads.  A path that could not be restored (longer
+    than ``MAX_RELATIVE_PATH_BYTES``, or than PATH_MAX under ``restore_dir``) is refused with
+    :class:`CheckpointError`.
     """
     algorithm = default_algorithm()
     pending = spool_dir / "pending"
@@ -538,6 +729,7 @@ def stage(
             source = Path(data)
             if source.is_dir():
                 for relative, absolute, info in walk_tree(source):
+                    _check_restorable(relative, absolute, restore_dir)
                     target = files / relative
                     if stat.S_ISLNK(info.st_mode):
                         target.parent.mkdir(parents=True, exist_ok=True)
@@ -556,6 +748,7 @@ def stage(
                         raise ValueError(f"cannot checkpoint {absolute}: not a regular file")
                 request["kind"] = KIND_DIR
             elif source.is_file():
+                _check_restorable(source.name, source, restore_dir)
                 _stage_file(source, files / source.name, source.name, algorithm, entries)
                 request["kind"] = KIND_FILE
                 request["name"] = source.name
@@ -570,6 +763,13 @@ def stage(
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return final
+
+
+def _check_restorable(relative: str, source: Path, restore_dir: Path | None) -> None:
+    try:
+        check_saved_path(relative, source, restore_dir)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
 
 
 def pending_requests(spool_dir: Path) -> list[Path]:
@@ -826,6 +1026,9 @@ class _DeadlineStore:
     def list(self, prefix: str) -> list[str]:
         return self._check().list(prefix)
 
+    def modified(self, key: str) -> float | None:
+        return self._check().modified(key)
+
     def delete(self, key: str) -> None:
         self._check().delete(key)
 
@@ -962,7 +1165,7 @@ class Checkpoint:
         Blocks only while the data is copied into the spool directory.  The returned handle
         can be waited on (``.wait()``) or awaited.
         """
-        request_dir = stage(data, self.spool_dir, metadata)
+        request_dir = stage(data, self.spool_dir, metadata, restore_dir=self._restore_dir)
         handle = SaveHandle(self, request_dir.name)
         if self.uploader == "thread":
             with self._lock:
@@ -1157,7 +1360,7 @@ class Checkpoint:
         def restore() -> None:
             try:
                 box["restored"] = restore_newest(
-                    _DeadlineStore(self.store, deadline), self.path / "restored",
+                    _DeadlineStore(self.store, deadline), self._restore_dir,
                     attempts=self.load_attempts, sleep=deadline.sleep,
                 )
             except _RestoreAbandoned:
@@ -1190,6 +1393,10 @@ class Checkpoint:
         except RuntimeError:
             return self.load_sync()
         return self.load_async()
+
+    @property
+    def _restore_dir(self) -> Path:
+        return self.path / "restored"
 
     @property
     def restored_commit(self) -> Commit | None:
@@ -1228,6 +1435,7 @@ __all__ = [
     "CheckpointError",
     "Commit",
     "Committer",
+    "LineTakenOver",
     "SaveHandle",
     "TransientStoreError",
     "latest_checkpoint",

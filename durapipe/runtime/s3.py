@@ -19,6 +19,7 @@ import socket
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote, urlparse
@@ -30,6 +31,7 @@ from durapipe.runtime.store import (
     NotFound,
     StoreError,
     TransientStoreError,
+    translate_failures,
 )
 
 #: S3's limit for one PUT; larger objects need multipart uploads, which obstore does.
@@ -167,6 +169,7 @@ class StdlibS3Store:
 
     # -- the Store protocol ------------------------------------------------------------------
 
+    @translate_failures
     def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
         headers = {"content-length": str(len(data))}
         if create_only:
@@ -174,6 +177,7 @@ class StdlibS3Store:
         self._request("PUT", key, body=data, payload_hash=hashlib.sha256(data).hexdigest(),
                       headers=headers)
 
+    @translate_failures
     def put_file(self, key: str, path: Path, *, consume: bool = False,
                  digest: str | None = None) -> str:
         size = path.stat().st_size
@@ -204,6 +208,7 @@ class StdlibS3Store:
         except NotFound:
             return None
 
+    @translate_failures
     def fingerprint(self, key: str, algorithm: str) -> str | None:
         meta = self._head(key)
         if meta is None:
@@ -211,9 +216,11 @@ class StdlibS3Store:
         tag = meta.get("etag", "").strip('"')
         return f"etag:{tag}" if tag else f"size:{meta.get('content-length', '')}"
 
+    @translate_failures
     def get_bytes(self, key: str) -> bytes:
         return self._request("GET", key)[2]
 
+    @translate_failures
     def get_file(self, key: str, path: Path, size: int | None = None, *,
                  algorithm: str | None = None) -> str | None:
         hasher = new_hasher(algorithm) if algorithm else None
@@ -227,10 +234,12 @@ class StdlibS3Store:
             self._request("GET", key, sink=sink)
         return f"{algorithm}:{hasher.hexdigest()}" if hasher is not None else None
 
+    @translate_failures
     def size(self, key: str) -> int | None:
         meta = self._head(key)
         return None if meta is None else int(meta.get("content-length", "0"))
 
+    @translate_failures
     def list(self, prefix: str) -> list[str]:
         full = "/".join(part for part in (self.prefix, prefix.strip("/")) if part)
         base = f"{self.prefix}/" if self.prefix else ""
@@ -247,8 +256,16 @@ class StdlibS3Store:
                 return sorted(keys)
             query["continuation-token"] = token
 
+    @translate_failures
     def delete(self, key: str) -> None:
         try:
             self._request("DELETE", key)
         except NotFound:
             pass
+
+    @translate_failures
+    def modified(self, key: str) -> float | None:
+        meta = self._head(key)
+        if meta is None:
+            return None
+        return parsedate_to_datetime(meta["last-modified"]).timestamp()

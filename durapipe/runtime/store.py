@@ -17,15 +17,16 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
+from functools import partial, wraps
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 from durapipe.runtime import contract
 from durapipe.runtime.hashing import copy_and_hash, default_algorithm, hash_file, new_hasher
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Objects at least this large move in parallel parts.
 PART_SIZE = 16 * 1024 * 1024
@@ -56,6 +57,35 @@ class TransientStoreError(StoreError):
 
 class CorruptObject(StoreError):
     """Data did not match the digest it was stored under."""
+
+
+class UnexpectedStoreFailure(StoreError):
+    """A store client failed in a way it does not classify: a panic in obstore's Rust code
+    (``pyo3_runtime.PanicException``, a ``BaseException``), an exception a client library
+    should not raise, an answer that does not parse.  A restore treats the commit it was
+    reading as unusable and falls back; a commit retries it like any store error."""
+
+
+#: What a store call lets through untranslated: its own vocabulary, local I/O errors (a full
+#: disk is reported as such), and the interpreter being interrupted or told to exit.
+_NOT_TRANSLATED = (StoreError, OSError, KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def translate_failures(method: Callable[P, T]) -> Callable[P, T]:
+    """Make every other failure of a store method an :class:`UnexpectedStoreFailure`."""
+
+    @wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except _NOT_TRANSLATED:
+            raise
+        except BaseException as error:  # noqa: BLE001 (PanicException is a BaseException)
+            store, key = (args + (None, None))[:2]
+            where = f"{getattr(store, 'uri', '?')} {method.__name__}({key!r})"
+            raise UnexpectedStoreFailure(f"{where}: {type(error).__name__}: {error}") from error
+
+    return call
 
 
 class Store(Protocol):
@@ -102,6 +132,11 @@ class Store(Protocol):
     def list(self, prefix: str) -> list[str]: ...
 
     def delete(self, key: str) -> None: ...
+
+    def modified(self, key: str) -> float | None:
+        """When the object was last written, in seconds since the epoch by the store's clock
+        (compare it only with another object's); ``None`` when it does not exist."""
+        ...
 
 
 def retrying(
@@ -287,6 +322,14 @@ class LocalStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def modified(self, key: str) -> float | None:
+        # ctime: publishing links or renames the file, which sets it, while the mtime of a
+        # linked staged file is when it was staged.
+        try:
+            return self._path(key).stat().st_ctime
+        except FileNotFoundError:
+            return None
+
 
 def _fsync_dir(path: Path) -> None:
     descriptor = os.open(path, os.O_RDONLY)
@@ -351,10 +394,12 @@ class ObStore:
         except (exceptions.BaseError, OSError, TimeoutError) as error:
             raise TransientStoreError(f"{type(error).__name__}: {error}") from error
 
+    @translate_failures
     def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
         mode = "create" if create_only else "overwrite"
         self._call(lambda: self._obstore.put(self._store, key, data, mode=mode))
 
+    @translate_failures
     def put_file(
         self, key: str, path: Path, *, consume: bool = False, digest: str | None = None
     ) -> str:
@@ -394,6 +439,7 @@ class ObStore:
         finally:
             scratch.unlink(missing_ok=True)
 
+    @translate_failures
     def fingerprint(self, key: str, algorithm: str) -> str | None:
         try:
             meta = self._call(lambda: self._obstore.head(self._store, key))
@@ -402,14 +448,19 @@ class ObStore:
         tag = str(meta.get("e_tag") or "").strip('"')
         return f"etag:{tag}" if tag else f"size:{meta['size']}"
 
+    @translate_failures
     def get_bytes(self, key: str) -> bytes:
         return self._call(lambda: bytes(self._obstore.get(self._store, key).bytes()))
 
+    @translate_failures
     def get_file(
         self, key: str, path: Path, size: int | None = None, *, algorithm: str | None = None
     ) -> str | None:
         hasher = new_hasher(algorithm) if algorithm else None
-        if size is None:
+        if size is None or size >= 2 * PART_SIZE:
+            # Ranges are cut from what the store holds, not from what the caller expects: a
+            # range past the end of a truncated object makes obstore panic.  A short
+            # download is the caller's to judge (it falls back to an older commit).
             size = self.size(key)
             if size is None:
                 raise NotFound(key)
@@ -436,6 +487,7 @@ class ObStore:
                     handle.write(view)
         return f"{algorithm}:{hasher.hexdigest()}" if hasher is not None else None
 
+    @translate_failures
     def size(self, key: str) -> int | None:
         try:
             meta = self._call(lambda: self._obstore.head(self._store, key))
@@ -443,6 +495,7 @@ class ObStore:
             return None
         return int(meta["size"])
 
+    @translate_failures
     def list(self, prefix: str) -> list[str]:
         def collect() -> list[str]:
             return [
@@ -453,11 +506,20 @@ class ObStore:
 
         return sorted(self._call(collect))
 
+    @translate_failures
     def delete(self, key: str) -> None:
         try:
             self._call(lambda: self._obstore.delete(self._store, key))
         except NotFound:
             pass
+
+    @translate_failures
+    def modified(self, key: str) -> float | None:
+        try:
+            meta = self._call(lambda: self._obstore.head(self._store, key))
+        except NotFound:
+            return None
+        return float(meta["last_modified"].timestamp())
 
 
 def s3_etag(path: Path, part_size: int) -> str:

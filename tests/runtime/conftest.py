@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from durapipe.runtime import contract
+
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "durapipe-test",
     "AWS_SECRET_ACCESS_KEY": "durapipe-test",
@@ -63,3 +65,17 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "local":
         return (tmp_path / "store").as_uri()
     return str(request.getfixturevalue("s3_uri"))
+
+
+@pytest.fixture(params=["local", "obstore", "stdlib"])
+def line_uri(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """A checkpoint line on each backend: the local store, S3 through obstore, S3 through the
+    runtime's own stdlib client."""
+    if request.param == "local":
+        monkeypatch.delenv(contract.ENV_STORE_CLIENT, raising=False)
+        return (tmp_path / "store").as_uri()
+    uri = str(request.getfixturevalue("s3_uri"))
+    monkeypatch.setenv(contract.ENV_STORE_CLIENT, request.param)
+    return uri
