@@ -144,3 +144,12 @@ def test_no_import_cycle_inside_the_compiler() -> None:
         if name not in state:
             visit(name, [])
     assert graph["argo_stage"] and "argo_stage" not in graph["argo_jobset"]
+
+
+def test_the_plan_reads_the_model_and_the_runtime_contract_only() -> None:
+    """``dsl -> plan -> {compiler, runner}``: the retry machine knows no executor."""
+    assert _durapipe_parts(_imports("plan")) <= {"plan", "dsl", "runtime"}
+    runtime_parts = {m.split(".")[2] for m in _imports("plan") if m.startswith("durapipe.runtime.")}
+    assert runtime_parts <= {"contract"}
+    assert "plan" in _durapipe_parts(_imports("compiler"))
+    assert "plan" in _durapipe_parts(_imports("runner"))

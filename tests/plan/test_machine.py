@@ -1,23 +1,42 @@
-"""The retry policy as a pure function: separate budgets, the OOM ladder, backoff."""
+"""The retry state machine as a pure function: separate budgets, the OOM ladder, backoff."""
 
 from __future__ import annotations
 
-from durapipe.compiler.plan import StagePlan, plan_stage
-from durapipe.dsl.model import OnOom, Pipeline, Retry, Stage
-from durapipe.runner import policy
-from durapipe.runner.policy import Budget
+from dataclasses import dataclass, field
+
+from durapipe.dsl.model import OnOom, Retry, Stage
+from durapipe.plan import machine
+from durapipe.plan.rules import Rules
 from durapipe.runtime import contract as c
 
 LADDER = Retry(attempts=1, preemptions=2, on_oom=OnOom(memory=(256 * 2**30, 512 * 2**30, 2**40)))
 
 
-def plan_of(retry: Retry) -> StagePlan:
-    stage = Stage(name="s", image="x", command=("true",), retry=retry)
-    return plan_stage(Pipeline(name="p", stages=(stage,)), 0, checkpoint_grace_seconds=0)
+@dataclass
+class Budget:
+    """The machine's state between steps (a test's handle on it)."""
+
+    state: machine.State | None = None
+    history: list[str] = field(default_factory=list)
 
 
-def decide(retry: Retry, budget: Budget, verdict: str) -> policy.Decision:
-    return policy.decide(plan_of(retry), budget, verdict)
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    rung: int
+    reason: str
+    backoff_seconds: float = 0.0
+
+
+def decide(retry: Retry, budget: Budget, verdict: str) -> Decision:
+    if budget.state is None:
+        stage = Stage(name="s", image="x", command=("true",), retry=retry)
+        _, budget.state = machine.begin(Rules.of(stage))
+    action, budget.state = machine.step(budget.state, verdict)
+    if isinstance(action, machine.Run):
+        return Decision("retry", action.rung, action.reason, action.backoff)
+    return Decision("done" if isinstance(action, machine.Done) else "fail",
+                    budget.state.rung, action.reason)
 
 
 def _run(retry: Retry, verdicts: list[str]) -> list[tuple[str, int]]:
@@ -48,7 +67,8 @@ def test_oom_climbs_the_ladder_without_spending_budgets() -> None:
     budget = Budget()
     for verdict in (c.VERDICT_HOST_OOM, c.VERDICT_HOST_OOM):
         decide(LADDER, budget, verdict)
-    assert (budget.rung, budget.failures, budget.preemptions) == (2, 0, 0)
+    assert budget.state is not None
+    assert (budget.state.rung, budget.state.failures, budget.state.preemptions) == (2, 0, 0)
     assert decide(LADDER, budget, c.VERDICT_SUCCESS).action == "done"
 
 
