@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from durapipe.dsl.model import OnOom, Retry, Stage
 from durapipe.plan import machine
@@ -128,3 +129,24 @@ def test_a_ladder_of_one_size_is_no_ladder() -> None:
     # The compiled workflow has no rung to climb to: exit 137 is an application failure there.
     retry = Retry(attempts=1, on_oom=OnOom(memory=(2**30,)))
     assert _run(retry, [c.VERDICT_HOST_OOM, c.VERDICT_SUCCESS]) == [("retry", 0), ("done", 0)]
+
+
+def test_the_multinode_example_restarts_max_restarts_times_locally_as_on_jobset(
+        tmp_path: Path) -> None:
+    # JobSet: failurePolicy.maxRestarts = distributed.max_restarts (2 in the example); a
+    # preemption restarts without spending it (restart_on_maintenance, the default).
+    from durapipe.dsl import load_path
+    from durapipe.runner.engine import RunOptions
+    from tests.plan.test_machine_properties import ScriptedRunner
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "multinode_pretrain.pipe"
+    loaded = load_path(example)
+    assert loaded.pipeline is not None
+    runner = ScriptedRunner(loaded.pipeline, str(example),
+                            RunOptions(home=tmp_path / ".durapipe"))
+    runner.history = [c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE,
+                      c.VERDICT_APP_FAILURE, c.VERDICT_SUCCESS]
+    stage = runner.run().stages["pretrain"]
+    assert [a.number for a in stage.attempts] == [0, 1, 2, 3]
+    assert stage.status == "failed"
+    assert stage.reason == "failed; distributed.max_restarts (2) is spent"
