@@ -8,8 +8,8 @@ each as a task of the stage's DAG, each transition between them as a condition. 
 - **preempted** (the runtime's SIGTERM verdict, a pod deletion) retries the same rung and GPU
   type at once while ``retry.preemptions`` lasts: one count for the whole stage;
 - **timeout** (an attempt ran past the stage's ``timeout``) is a preemption too: Argo stops
-  the pod at its ``activeDeadlineSeconds`` with SIGTERM, the runtime exits 143, and the
-  compiled retry expression retries exit 143 from the preemption budget;
+  the pod at its ``activeDeadlineSeconds`` (the kubelet, with SIGTERM), the runtime exits
+  143, and the compiled retry expression retries exit 143 from the preemption budget;
 - **host OOM** climbs the OOM ladder (same application attempt, next memory size) without
   spending either budget; at the last rung the stage fails; without a ladder it is an
   application failure;

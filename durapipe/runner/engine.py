@@ -364,8 +364,8 @@ class Runner:
         verdict, details = self._verdict(termination_log, returncode, cgroup)
         message = ""
         if getattr(process, "durapipe_timed_out", False):
-            # Argo stops the pod at its activeDeadlineSeconds with SIGTERM too: the machine's
-            # timeout transition, whatever the wrapper made of the signal.
+            # On the cluster the kubelet stops the pod at its activeDeadlineSeconds with SIGTERM:
+            # the machine's timeout transition, whatever the wrapper made of the signal.
             verdict = machine.TIMEOUT
         elif getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
             verdict, message = contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
