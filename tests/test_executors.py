@@ -2,7 +2,7 @@
 checked by running the same plan both ways.
 
 The Argo side reads the compiled objects (and, for attempt numbering, runs them on Argo's
-controller); the local side replays verdicts through the runner's policy, as its engine does
+controller); the local side steps the retry machine with the verdicts, as its engine does
 after each attempt, or runs the stage for real.
 """
 
@@ -19,7 +19,7 @@ from durapipe.compiler import CompileOptions, argo_retry, compile_pipeline
 from durapipe.compiler.plan import StagePlan, plan_pipeline
 from durapipe.dsl import units
 from durapipe.dsl.model import OnOom, Pipeline, Retry
-from durapipe.runner import policy
+from durapipe.plan import machine
 from durapipe.runner.engine import Runner, RunOptions
 from durapipe.runtime import contract
 from tests.compiler.models import GI, Ref, pipeline, stage
@@ -56,15 +56,14 @@ def the_plan(p: Pipeline) -> StagePlan:
 
 def local_replay(plan: StagePlan, verdicts: list[str]) -> list[tuple[int, int | None, float]]:
     """(DURAPIPE_ATTEMPT, memory, wait before it) of each attempt `durapipe run` makes."""
-    budget = policy.Budget()
+    run, state = machine.begin(plan.rules)
     out: list[tuple[int, int | None, float]] = []
-    wait = 0.0
     for verdict in verdicts:
-        variant = Runner._variant(plan, budget.rung)
-        number = plan.attempt_number(budget.rung, budget.failures, budget.preemptions)
-        out.append((number, variant.memory, wait))
-        decision = policy.decide(plan, budget, verdict)
-        wait = decision.backoff_seconds
+        out.append((run.attempt, Runner._variant(plan, run).memory, run.backoff))
+        action, state = machine.step(state, verdict)
+        if not isinstance(action, machine.Run):
+            break
+        run = action
     return out
 
 
@@ -100,7 +99,8 @@ def test_gpu_oom_fails_by_default_both_ways_and_in_the_runtime() -> None:
     # Argo: exit 86 does not start the next application attempt.
     assert f"'{contract.EXIT_GPU_OOM}'" in argo_retry.app_failure_condition(
         "t", plan.budgets.gpu_oom, has_ladder=False)
-    assert policy.decide(plan, policy.Budget(), contract.VERDICT_GPU_OOM).action == "fail"
+    _, first = machine.begin(plan.rules)
+    assert isinstance(machine.step(first, contract.VERDICT_GPU_OOM)[0], machine.Fail)
 
 
 def test_memory_rungs_and_attempt_numbers_agree_on_paper() -> None:

@@ -152,3 +152,12 @@ def test_the_cluster_layer_sits_above_the_compiler() -> None:
     assert _durapipe_parts(_imports("cluster")) <= {"cluster", "compiler", "dsl", "runtime"}
     for part in ("compiler", "dsl", "runtime", "runner"):
         assert "cluster" not in _durapipe_parts(_imports(part)), part
+
+
+def test_the_plan_reads_the_model_and_the_runtime_contract_only() -> None:
+    """``dsl -> plan -> {compiler, runner}``: the retry machine knows no executor."""
+    assert _durapipe_parts(_imports("plan")) <= {"plan", "dsl", "runtime"}
+    runtime_parts = {m.split(".")[2] for m in _imports("plan") if m.startswith("durapipe.runtime.")}
+    assert runtime_parts <= {"contract"}
+    assert "plan" in _durapipe_parts(_imports("compiler"))
+    assert "plan" in _durapipe_parts(_imports("runner"))

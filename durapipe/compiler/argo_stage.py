@@ -42,8 +42,18 @@ from durapipe.compiler.argo_text import (
     upstream_hash_input,
 )
 from durapipe.compiler.context import Context, Loc
-from durapipe.compiler.plan import RUNTIME_ROOT, Pred, StagePlan, TaskPlan, Variant
+from durapipe.compiler.plan import (
+    RUNTIME_ROOT,
+    Pred,
+    StagePlan,
+    TaskPlan,
+    Variant,
+    memory_rungs,
+    plan_tasks,
+    plan_variants,
+)
 from durapipe.dsl import units
+from durapipe.dsl.model import Stage
 from durapipe.runtime import contract
 
 Json = dict[str, Any]
@@ -454,6 +464,35 @@ def waits(plan: StagePlan) -> dict[str, TaskPlan]:
         return {}
     return {p.task: task for task in plan.tasks for p in task.preds
             if p.because == "app_failure"}
+
+
+@dataclass(frozen=True)
+class DagSize:
+    """The tasks of a stage's compiled DAG (one for a pod or a multi-node stage)."""
+
+    #: One per state class of the retry machine (``plan.plan_tasks``).
+    attempts: int
+    #: Backoff waits: one after each task whose application failure starts another.
+    waits: int
+    #: The join, and with a ladder the "memory exhausted" task.
+    extra: int
+
+    @property
+    def total(self) -> int:
+        return self.attempts + self.waits + self.extra
+
+
+def dag_size(stage: Stage) -> DagSize:
+    """What ``lower_grid`` writes for ``stage``, counted from the same plan (the editor's
+    hover and ``durapipe graph`` read it, so they never disagree with the YAML)."""
+    if stage.distributed is not None:
+        return DagSize(1, 0, 0)
+    tasks = plan_tasks(stage, plan_variants(stage, stage.name))
+    if len(tasks) == 1:
+        return DagSize(1, 0, 0)
+    failing = {p.task for t in tasks for p in t.preds if p.because == "app_failure"}
+    waits = len(failing) if stage.retry.backoff is not None else 0
+    return DagSize(len(tasks), waits, 1 + int(len(memory_rungs(stage)) > 1))
 
 
 def backoff_task(plan: StagePlan, failed: str, then: TaskPlan) -> Json:

@@ -28,15 +28,23 @@ from durapipe.dsl.model import (
     Interp,
     Pipeline,
     Ref,
-    Retry,
     Secret,
     Stage,
     Text,
 )
+from durapipe.plan.graph import Because, Edge, TaskClass, explore
+from durapipe.plan.rules import (
+    DEFAULT_BACKOFF_CAP,
+    Backoff,
+    Rules,
+    backoff_of,
+    gpu_types,
+    memory_rungs,
+)
 from durapipe.runtime import contract
 
-#: ``retry.backoff`` cap when ``max_backoff`` is not set (seconds).
-DEFAULT_BACKOFF_CAP = 600
+__all__ = ["DEFAULT_BACKOFF_CAP", "Backoff", "Because", "backoff_of", "memory_rungs"]
+
 #: Seconds the runtime keeps for itself out of the pod's grace period (verdict, last upload).
 GRACE_MARGIN = 15
 #: The runtime's own directory in every pod (its volume holds the zipapp, inputs, outputs).
@@ -46,10 +54,6 @@ RUNTIME_ROOT = "/var/run/durapipe"
 ENV_INPUTS = "DURAPIPE_INPUTS"
 
 StageKind = Literal["pod", "grid", "jobset"]
-#: Why a task runs after a predecessor: the predecessor ended in an OOM kill (the next rung),
-#: gave up waiting for its GPU type (the next type), was preempted after it ran (a waiting
-#: type's probe: its retries continue), or failed in the application (the next attempt).
-Because = Literal["oom", "fallback", "preempted", "app_failure"]
 
 
 # -- order ------------------------------------------------------------------------------------
@@ -86,29 +90,6 @@ def topo_order(pipeline: Pipeline) -> tuple[list[int], list[int]]:
 
 
 # -- budgets ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """The wait before the n-th application retry: ``seconds * factor^(n-1)``, capped."""
-
-    seconds: int
-    factor: int
-    cap: int
-
-    def wait(self, retry: int) -> float:
-        if retry <= 0:
-            return 0.0
-        return float(min(self.seconds * self.factor ** (retry - 1), self.cap))
-
-
-def backoff_of(rule: Retry) -> Backoff | None:
-    if rule.backoff is None:
-        return None
-    # An uncapped exponential would leave a stage waiting hours before its tenth retry: cap it.
-    cap = rule.max_backoff if rule.max_backoff is not None else max(
-        DEFAULT_BACKOFF_CAP, rule.backoff)
-    return Backoff(rule.backoff, rule.backoff_factor, cap)
 
 
 @dataclass(frozen=True)
@@ -236,15 +217,8 @@ class StagePlan:
     #: (upstream stage, output) pairs the stage reads, in first-use order.
     upstream: tuple[tuple[str, str], ...]
     cached: bool
-
-    def attempt_number(self, rung: int, failures: int, preemptions: int) -> int:
-        """``DURAPIPE_ATTEMPT`` of an attempt: every attempt the stage made before it, as its
-        OOM climbs (``rung``), application failures and preemptions (stage-wide) count them.
-        Argo's pods compute the same (``first_attempt`` + the preemptions passed on +
-        ``retries``); a fallback to the next GPU type, whose pod never ran, counts none."""
-        if not self.tasks:  # a multi-node stage: one task, restarts counted by JobSet
-            return preemptions
-        return rung + failures + preemptions
+    #: The retry rules its executors step (``durapipe.plan.machine``).
+    rules: Rules
 
 
 @dataclass(frozen=True)
@@ -254,24 +228,6 @@ class PipelinePlan:
     stages: tuple[StagePlan, ...]
     #: Stages on a dependency cycle (not ordered).
     cycle: tuple[int, ...]
-
-
-def memory_rungs(stage: Stage) -> tuple[int | None, ...]:
-    """The memory of each rung: the OOM ladder, or the stage's one size."""
-    ladder = stage.retry.on_oom
-    if ladder is not None:
-        return tuple(ladder.memory)
-    return (stage.resources.memory,)
-
-
-def _gpu_types(stage: Stage) -> tuple[tuple[GpuChoice | None, ...], int | None]:
-    """The GPU types that are variants of their own, and how long each waits."""
-    gpu = stage.resources.gpu
-    if gpu is not None and gpu.fallback_after is not None and len(gpu.types) > 1:
-        return gpu.types, gpu.fallback_after
-    if gpu is not None and gpu.types and len({t.count for t in gpu.types}) > 1:
-        return gpu.types, None  # diagnosed by the lowering; keeps the grid well-formed
-    return (None,), None
 
 
 def _fixed_gpu(stage: Stage, choice: GpuChoice | None) -> tuple[GpuChoice | None, int | None]:
@@ -290,7 +246,7 @@ def _fixed_gpu(stage: Stage, choice: GpuChoice | None) -> tuple[GpuChoice | None
 def plan_variants(stage: Stage, base: str) -> tuple[Variant, ...]:
     """Rung-major, type-minor: each OOM rung x GPU type, named after what differs."""
     rungs = memory_rungs(stage)
-    types, wait = _gpu_types(stage)
+    types, wait = gpu_types(stage)
     multi_rung, multi_type = len(rungs) > 1, len(types) > 1
 
     def name(r: int, t: int) -> str:
@@ -321,91 +277,49 @@ def retry_task_name(variant: str) -> str:
     return f"{variant}-retry"
 
 
-class _TaskGrid:
-    """Builds a stage's tasks (``plan_tasks``): per variant an optional probe, then one task
-    per application attempt, linked by the conditions under which each runs."""
+def _task_name(variant: Variant, task: TaskClass, rules: Rules) -> str:
+    if task.probe:
+        return variant.name
+    if rules.attempts == 0:
+        return retry_task_name(variant.name) if variant.pending_timeout is not None \
+            else variant.name
+    return f"{variant.name}-app-{task.failures}"
 
-    def __init__(self, rule: Retry) -> None:
-        self.attempts, self.preemptions = rule.attempts, rule.preemptions
-        self.probes: dict[tuple[int, int], TaskPlan] = {}
-        self.chains: dict[tuple[int, int, int], TaskPlan] = {}
-        self.by_name: dict[str, TaskPlan] = {}
-        self.out: list[TaskPlan] = []
 
-    def probe(self, variant: Variant) -> TaskPlan | None:
-        if variant.pending_timeout is None:
-            return None
-        r, t = variant.rung, variant.type_index
-        preds: list[Pred] = []
-        if variant.fallback_from is not None:
-            preds.append(Pred(variant.fallback_from, "fallback"))
-        if (r - 1, t) in self.probes:
-            preds.append(Pred(self.probes[(r - 1, t)].name, "oom"))
-        # A probe follows only probes, which retry nothing: no preemption came before it.
-        probe = TaskPlan(variant.name, variant, True, 0, self.preemptions, r,
-                         self.attempts == 0 and self.preemptions == 0, tuple(preds), 0)
-        self.probes[(r, t)] = probe
-        self.add(probe)
-        return probe
-
-    def preempted_before(self, preds: list[Pred]) -> int | None:
-        """The preemptions spent before a task, where every predecessor is a probe (which
-        retries nothing: one if the probe was preempted, else none); ``None`` where one is a
-        task that retries, which reports its own count."""
-        if self.preemptions == 0 or not preds:
-            return 0
-        counts = {None if not self.by_name[p.task].probe else int(p.because == "preempted")
-                  for p in preds}
-        return counts.pop() if len(counts) == 1 else None
-
-    def attempt(self, variant: Variant, k: int, probe: TaskPlan | None) -> TaskPlan | None:
-        r, t = variant.rung, variant.type_index
-        preds: list[Pred] = []
-        if k == 0 and probe is not None:
-            if self.preemptions == 0:
-                return None
-            preds.append(Pred(probe.name, "preempted"))
-        elif k == 0 and variant.fallback_from is not None:
-            preds.append(Pred(variant.fallback_from, "fallback"))
-        if (r - 1, t, k) in self.chains:
-            preds.append(Pred(self.chains[(r - 1, t, k)].name, "oom"))
-        if k >= 1 and (r, t, k - 1) in self.chains:
-            preds.append(Pred(self.chains[(r, t, k - 1)].name, "app_failure"))
-        if k == 1 and probe is not None:
-            preds.append(Pred(probe.name, "app_failure"))
-        if self.attempts == 0:
-            name = retry_task_name(variant.name) if probe is not None else variant.name
-        else:
-            name = f"{variant.name}-app-{k}"
-        # Every path to (rung r, attempt k) climbed r rungs and failed k times.
-        task = TaskPlan(name, variant, False, self.preempted_before(preds), self.preemptions,
-                        r + k, k == self.attempts, tuple(preds), k)
-        self.chains[(r, t, k)] = task
-        self.add(task)
-        return task
-
-    def add(self, task: TaskPlan) -> None:
-        self.by_name[task.name] = task
-        self.out.append(task)
+def _preempted_before(rules: Rules, preds: Sequence[Edge]) -> int | None:
+    """The preemptions spent before a task, where every predecessor is a probe (which
+    retries nothing: one if the probe was preempted, else none); ``None`` where one is a
+    task that retries, which reports its own count."""
+    if rules.preemptions == 0 or not preds:
+        return 0
+    counts = {int(e.because == "preempted") if e.source.probe else None for e in preds}
+    return counts.pop() if len(counts) == 1 else None
 
 
 def plan_tasks(stage: Stage, variants: Sequence[Variant]) -> tuple[TaskPlan, ...]:
-    """The tasks of a stage: per variant (rung x GPU type), an optional probe, then one task
-    per application attempt.
+    """The tasks of a stage: one per class of states the retry machine reaches
+    (``durapipe.plan.graph``), linked by its transitions.
 
     Each task retries preemptions only, as many as the stage's budget has left (the count of
-    those spent passes from task to task), and an application failure ends it and starts the
-    next application attempt's task, up to ``attempts`` of them.  An OOM kill moves
-    to the same application attempt one rung up, so the count of application failures carries
-    across rungs; a pending timeout moves to the next GPU type (docs/lowering.md, "Retries").
-    A stage with no application budget and one variant is a single task.
+    those spent passes from task to task); every other transition of the machine starts
+    another task: an application failure the next application attempt's, an OOM kill the
+    same attempt's one rung up, a pending timeout the next GPU type's (docs/lowering.md,
+    "Retries").  A stage with no application budget and one variant is a single task.
     """
-    grid = _TaskGrid(stage.retry)
-    for variant in variants:
-        probe = grid.probe(variant)
-        for k in range(stage.retry.attempts + 1):
-            grid.attempt(variant, k, probe)
-    return tuple(grid.out)
+    rules = Rules.of(stage)
+    graph = explore(rules)
+    variant_of = {(v.rung, v.type_index): v for v in variants}
+    names = {c: _task_name(variant_of[(c.rung, c.gpu_type)], c, rules) for c in graph.classes}
+    tasks: list[TaskPlan] = []
+    for c in graph.classes:
+        into = graph.into(c)
+        tasks.append(TaskPlan(
+            name=names[c], variant=variant_of[(c.rung, c.gpu_type)], probe=c.probe,
+            preempted=0 if c.probe else _preempted_before(rules, into),
+            budget=rules.preemptions, first_attempt=c.rung + c.failures, last=c.last(rules),
+            preds=tuple(Pred(names[e.source], e.because) for e in into),
+            app_attempt=c.failures))
+    return tuple(tasks)
 
 
 # -- inputs, shape, the whole stage -----------------------------------------------------------
@@ -478,7 +392,7 @@ def plan_stage(pipeline: Pipeline, index: int, *, checkpoint_grace_seconds: int)
         has_ladder=len(rungs) > 1, variants=variants, tasks=tasks,
         budgets=Budgets(rule.attempts, rule.preemptions, backoff_of(rule), rule.gpu_oom),
         pod=pod_shape(stage, checkpoint_grace_seconds), params=params, upstream=upstream,
-        cached=stage.cache is not None,
+        cached=stage.cache is not None, rules=Rules.of(stage),
     )
 
 

@@ -1,20 +1,23 @@
 """What each stage's durability settings compile to, in a few short lines.
 
 One source for the labels of ``durapipe graph`` and the hover of a ``retry`` block in the
-editor, read from the compiler's own plan (``plan_variants``: OOM rungs x GPU types), so a
-picture never disagrees with the YAML.
+editor, read from the compiler's own plan: the task count is the retry machine's reachable
+states as the Argo lowering unrolls them (``argo_stage.dag_size``), so a picture never
+disagrees with the YAML.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from durapipe.compiler.argo_stage import DagSize, dag_size
+from durapipe.compiler.options import CompileOptions
 from durapipe.compiler.plan import backoff_of, plan_variants
 from durapipe.dsl import units
 from durapipe.dsl.model import Stage
 
-#: Argo's limit on tasks in one DAG (``P0403`` beyond it).
-MAX_DAG_TASKS = 200
+#: Argo's limit on tasks in one DAG (``P0403`` beyond it), as the compiler applies it.
+MAX_DAG_TASKS = CompileOptions().max_tasks
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Budgets:
     #: ``(duration, factor, cap)`` in seconds, or ``None`` without backoff.
     backoff: tuple[int, int, int] | None
     gpu_oom: str
+    #: The tasks of the stage's compiled DAG.
+    dag: DagSize
 
     @property
     def variants(self) -> int:
@@ -39,8 +44,8 @@ class Budgets:
 
     @property
     def tasks(self) -> int:
-        """Leaf tasks the stage compiles to: tries x rungs x fallback types."""
-        return self.tries * self.variants
+        """Tasks the stage compiles to (attempt tasks, backoff waits, join)."""
+        return self.dag.total
 
 
 def budgets(stage: Stage) -> Budgets:
@@ -56,7 +61,8 @@ def budgets(stage: Stage) -> Budgets:
     planned = backoff_of(rule)
     backoff = (planned.seconds, planned.factor, planned.cap) if planned is not None else None
     return Budgets(tries=rule.attempts + 1, preemptions=rule.preemptions, rungs=tuple(rungs),
-                   gpu_types=tuple(types), backoff=backoff, gpu_oom=rule.gpu_oom)
+                   gpu_types=tuple(types), backoff=backoff, gpu_oom=rule.gpu_oom,
+                   dag=dag_size(stage))
 
 
 def budget_lines(stage: Stage) -> list[str]:
@@ -82,8 +88,13 @@ def budget_lines(stage: Stage) -> list[str]:
         lines.append("backoff: none (retries start at once)")
     lines.append("CUDA OOM: " + ("fails the stage at once" if b.gpu_oom == "fail"
                                  else "retried from the application budget"))
-    lines.append(f"tasks: {b.tries} x {b.variants} variant{'s' * (b.variants != 1)} = "
-                 f"{b.tasks} of Argo's {MAX_DAG_TASKS} per DAG")
+    d = b.dag
+    parts = [f"{d.attempts} attempt task{'s' * (d.attempts != 1)}"]
+    if d.waits:
+        parts.append(f"{d.waits} backoff wait{'s' * (d.waits != 1)}")
+    if d.extra:
+        parts.append("the join" + (" and the OOM-exhausted task" if d.extra > 1 else ""))
+    lines.append(f"tasks: {b.tasks} of Argo's {MAX_DAG_TASKS} per DAG ({', '.join(parts)})")
     return lines
 
 

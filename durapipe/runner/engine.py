@@ -1,9 +1,10 @@
-"""The local executor: schedule stages, run attempts through the runtime wrapper, apply policy.
+"""The local executor: schedule stages, run attempts through the runtime wrapper, step the
+retry machine.
 
 Each attempt is ``python -m durapipe.runtime exec -- CMD`` as a child process, placed in its
 own memory cgroup (limit = the attempt's rung), with the contract environment the compiled pod
 gets.  The wrapper's one-line verdict (its termination log) decides what happens next, through
-:func:`durapipe.runner.policy.decide`.
+:func:`durapipe.plan.machine.step`, the machine the Argo lowering unrolls into its task grid.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from durapipe.compiler.plan import (
 )
 from durapipe.dsl import units
 from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stage, Text
-from durapipe.runner import policy
+from durapipe.plan import machine
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
     SUCCESSFUL,
@@ -271,55 +272,58 @@ class Runner:
                 return
         record.status = "running"
         self._event("start", record, "")
-        budget = policy.Budget()
-        stage_dir = self.run_dir / stage.name
-        outputs = {name: str(stage_dir / "outputs" / name) for name in stage.outputs}
-        plan = self.plans[stage.name]
-        while True:
-            attempt = self._attempt(plan, budget, stage_dir, outputs)
-            record.attempts.append(attempt)
-            decision = policy.decide(plan, budget, attempt.verdict)
-            if attempt.message and decision.action != "done":
-                decision = policy.Decision(decision.action, decision.rung,
-                                           f"{decision.reason} ({attempt.message})",
-                                           decision.backoff_seconds)
-            self._event("attempt", record, decision.reason)
-            if decision.action == "done":
-                record.status = "succeeded"
-                record.outputs = outputs
-                record.output_hashes = self._read_hashes(stage_dir, attempt.number)
-                if key:
-                    self._cache_store(stage, key, record)
-                break
-            if decision.action == "fail" or self._stop.is_set():
-                record.status = "interrupted" if self._stop.is_set() else "failed"
-                record.reason = decision.reason
-                break
-            wait = decision.backoff_seconds * self.options.backoff_scale
-            if wait and self._stop.wait(wait):
-                record.status, record.reason = "interrupted", "the run was interrupted"
-                break
+        self._attempts(self.plans[stage.name], record, key)
         record.seconds = time.monotonic() - started
         self._event("end", record, record.reason)
 
-    @staticmethod
-    def _variant(plan: StagePlan, rung: int) -> Variant:
-        """The variant an attempt runs: its rung, on the first GPU type (a local run never
-        waits for capacity, so it never falls back)."""
-        return next(v for v in plan.variants if v.rung == rung and v.type_index == 0)
+    def _attempts(self, plan: StagePlan, record: StageRecord, key: str) -> None:
+        """Run attempts as the retry machine says, until it is done or gives up."""
+        stage_dir = self.run_dir / plan.stage.name
+        outputs = {name: str(stage_dir / "outputs" / name) for name in plan.stage.outputs}
+        run, state = machine.begin(plan.rules)
+        while True:
+            attempt = self._attempt(plan, run, stage_dir, outputs)
+            record.attempts.append(attempt)
+            action, state = machine.step(state, attempt.verdict)
+            reason = action.reason
+            if attempt.message and not isinstance(action, machine.Done):
+                reason = f"{reason} ({attempt.message})"
+            self._event("attempt", record, reason)
+            if isinstance(action, machine.Done):
+                record.status, record.outputs = "succeeded", outputs
+                record.output_hashes = self._read_hashes(stage_dir, attempt.number)
+                if key:
+                    self._cache_store(plan.stage, key, record)
+                return
+            if isinstance(action, machine.Fail) or self._stop.is_set():
+                record.status = "interrupted" if self._stop.is_set() else "failed"
+                record.reason = reason
+                return
+            run = action
+            wait = run.backoff * self.options.backoff_scale
+            if wait and self._stop.wait(wait):
+                record.status, record.reason = "interrupted", "the run was interrupted"
+                return
 
-    def _attempt(self, plan: StagePlan, budget: policy.Budget, stage_dir: Path,
+    @staticmethod
+    def _variant(plan: StagePlan, run: machine.Run) -> Variant:
+        """The variant an attempt runs: its rung and GPU type (a local run never waits for
+        capacity, so it stays on the first type)."""
+        return next(v for v in plan.variants
+                    if v.rung == run.rung and v.type_index == run.gpu_type)
+
+    def _attempt(self, plan: StagePlan, run: machine.Run, stage_dir: Path,
                  outputs: dict[str, str]) -> AttemptRecord:
         stage = plan.stage
         # One number everywhere: DURAPIPE_ATTEMPT as the compiled workflow's pod would get it,
         # the attempt directory, and the summary's `#N`.
-        number = plan.attempt_number(budget.rung, budget.failures, budget.preemptions)
+        number = run.attempt
         attempt_dir = stage_dir / f"attempt-{number}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
         termination_log = attempt_dir / "termination-log"
         hash_dir = attempt_dir / "output-hashes"
         log_path = attempt_dir / "log"
-        variant = self._variant(plan, budget.rung)
+        variant = self._variant(plan, run)
         memory = variant.memory
         checkpoint_local = attempt_dir / "checkpoint"
         site = Site(
@@ -362,7 +366,9 @@ class Runner:
         verdict, details = self._verdict(termination_log, returncode, cgroup)
         message = ""
         if getattr(process, "durapipe_timed_out", False):
-            verdict, message = contract.VERDICT_APP_FAILURE, f"timed out after {stage.timeout}s"
+            # On the cluster the kubelet stops the pod at its activeDeadlineSeconds with SIGTERM:
+            # the machine's timeout transition, whatever the wrapper made of the signal.
+            verdict = machine.TIMEOUT
         elif getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
             verdict, message = contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
         elif details.get("reason"):
@@ -370,7 +376,7 @@ class Runner:
         if cgroup is not None:
             cgroup.remove()
         return AttemptRecord(
-            number=number, rung=budget.rung,
+            number=number, rung=run.rung,
             memory=units.format_bytes(memory) if memory is not None else "",
             verdict=verdict, exit_code=returncode, seconds=round(seconds, 3), message=message,
             resumed_from=resumed_from, log=str(log_path),

@@ -21,7 +21,7 @@ import pytest
 
 from durapipe.compiler.plan import plan_pipeline
 from durapipe.dsl.model import Stage
-from durapipe.runner import policy
+from durapipe.plan import machine
 from durapipe.runtime import contract
 from tests.argo.argo_tools import INFORMER_LAGS
 from tests.compiler.models import GI, Gpu, GpuChoice, OnOom, Resources, Retry, pipeline, stage
@@ -160,18 +160,16 @@ def test_durapipe_run_spends_the_same_budget_with_the_same_numbers(case: Case) -
     numbers the attempts as Argo's pods are numbered."""
     (plan,) = plan_pipeline(pipeline(case.stage), checkpoint_grace_seconds=300).stages
     queues = {task: list(outcomes) for task, outcomes in case.attempts.items()}
-    budget = policy.Budget()
-    numbers: list[int] = []
-    action = "retry"
+    action: machine.Action
+    action, state = machine.begin(plan.rules)
     for task, number in case.pods:
         outcome = queues[task].pop(0)
         if outcome["outcome"] == "pending":
             continue
-        assert action == "retry"
-        numbers.append(plan.attempt_number(budget.rung, budget.failures, budget.preemptions))
-        assert numbers[-1] == number, task
-        action = policy.decide(plan, budget, VERDICT[outcome["outcome"]]).action
-    assert action == ("done" if case.phase == "Succeeded" else "fail")
+        assert isinstance(action, machine.Run)
+        assert action.attempt == number, task
+        action, state = machine.step(state, VERDICT[outcome["outcome"]])
+    assert isinstance(action, machine.Done if case.phase == "Succeeded" else machine.Fail)
 
 
 LIMIT = re.compile(r"\{\{=(\d+) - asInt\(inputs\.parameters\['preempted-before'\]\)\}\}")

@@ -1,23 +1,43 @@
-"""The retry policy as a pure function: separate budgets, the OOM ladder, backoff."""
+"""The retry state machine as a pure function: separate budgets, the OOM ladder, backoff."""
 
 from __future__ import annotations
 
-from durapipe.compiler.plan import StagePlan, plan_stage
-from durapipe.dsl.model import OnOom, Pipeline, Retry, Stage
-from durapipe.runner import policy
-from durapipe.runner.policy import Budget
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durapipe.dsl.model import OnOom, Retry, Stage
+from durapipe.plan import machine
+from durapipe.plan.rules import Rules
 from durapipe.runtime import contract as c
 
 LADDER = Retry(attempts=1, preemptions=2, on_oom=OnOom(memory=(256 * 2**30, 512 * 2**30, 2**40)))
 
 
-def plan_of(retry: Retry) -> StagePlan:
-    stage = Stage(name="s", image="x", command=("true",), retry=retry)
-    return plan_stage(Pipeline(name="p", stages=(stage,)), 0, checkpoint_grace_seconds=0)
+@dataclass
+class Budget:
+    """The machine's state between steps (a test's handle on it)."""
+
+    state: machine.State | None = None
+    history: list[str] = field(default_factory=list)
 
 
-def decide(retry: Retry, budget: Budget, verdict: str) -> policy.Decision:
-    return policy.decide(plan_of(retry), budget, verdict)
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    rung: int
+    reason: str
+    backoff_seconds: float = 0.0
+
+
+def decide(retry: Retry, budget: Budget, verdict: str) -> Decision:
+    if budget.state is None:
+        stage = Stage(name="s", image="x", command=("true",), retry=retry)
+        _, budget.state = machine.begin(Rules.of(stage))
+    action, budget.state = machine.step(budget.state, verdict)
+    if isinstance(action, machine.Run):
+        return Decision("retry", action.rung, action.reason, action.backoff)
+    return Decision("done" if isinstance(action, machine.Done) else "fail",
+                    budget.state.rung, action.reason)
 
 
 def _run(retry: Retry, verdicts: list[str]) -> list[tuple[str, int]]:
@@ -48,7 +68,8 @@ def test_oom_climbs_the_ladder_without_spending_budgets() -> None:
     budget = Budget()
     for verdict in (c.VERDICT_HOST_OOM, c.VERDICT_HOST_OOM):
         decide(LADDER, budget, verdict)
-    assert (budget.rung, budget.failures, budget.preemptions) == (2, 0, 0)
+    assert budget.state is not None
+    assert (budget.state.rung, budget.state.failures, budget.state.preemptions) == (2, 0, 0)
     assert decide(LADDER, budget, c.VERDICT_SUCCESS).action == "done"
 
 
@@ -108,3 +129,24 @@ def test_a_ladder_of_one_size_is_no_ladder() -> None:
     # The compiled workflow has no rung to climb to: exit 137 is an application failure there.
     retry = Retry(attempts=1, on_oom=OnOom(memory=(2**30,)))
     assert _run(retry, [c.VERDICT_HOST_OOM, c.VERDICT_SUCCESS]) == [("retry", 0), ("done", 0)]
+
+
+def test_the_multinode_example_restarts_max_restarts_times_locally_as_on_jobset(
+        tmp_path: Path) -> None:
+    # JobSet: failurePolicy.maxRestarts = distributed.max_restarts (2 in the example); a
+    # preemption restarts without spending it (restart_on_maintenance, the default).
+    from durapipe.dsl import load_path
+    from durapipe.runner.engine import RunOptions
+    from tests.plan.test_machine_properties import ScriptedRunner
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "multinode_pretrain.pipe"
+    loaded = load_path(example)
+    assert loaded.pipeline is not None
+    runner = ScriptedRunner(loaded.pipeline, str(example),
+                            RunOptions(home=tmp_path / ".durapipe"))
+    runner.history = [c.VERDICT_APP_FAILURE, c.VERDICT_PREEMPTED, c.VERDICT_APP_FAILURE,
+                      c.VERDICT_APP_FAILURE, c.VERDICT_SUCCESS]
+    stage = runner.run().stages["pretrain"]
+    assert [a.number for a in stage.attempts] == [0, 1, 2, 3]
+    assert stage.status == "failed"
+    assert stage.reason == "failed; distributed.max_restarts (2) is spent"
