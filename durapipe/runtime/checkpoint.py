@@ -835,15 +835,6 @@ def settle(
     (spool_dir / RETRY_DIR / f"{request_dir.name}.json").unlink(missing_ok=True)
 
 
-def process_request(
-    committer: Committer, spool_dir: Path, request_dir: Path, *, record: bool = True
-) -> dict[str, Any]:
-    """Commit one request once and settle it, whatever the outcome."""
-    result = attempt_request(committer, request_dir)
-    settle(spool_dir, request_dir, result, record=record)
-    return result
-
-
 class Backoff:
     """Delays between attempts to commit: doubling from ``first`` up to ``cap``."""
 

@@ -227,14 +227,6 @@ def context() -> RuntimeContext:
         return _context
 
 
-def _reset_for_tests() -> None:
-    global _context
-    with _context_lock:
-        _context = None
-    _stop_flag.clear()
-    checkpoint._stop_signalled_at = None
-
-
 __all__ = [
     "RuntimeContext",
     "context",
