@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 
-def shard(index: int, rows: int = 200) -> dict[str, float]:
+def shard(index: int, rows: int) -> dict[str, float]:
     rng = random.Random(index)
     values = [rng.gauss(0.0, 1.0) for _ in range(rows)]
     mean = sum(values) / rows
@@ -24,6 +24,8 @@ def shard(index: int, rows: int = 200) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shards", required=True, type=int)
+    # A shard's rows are held in memory at once: its size is the stage's memory need.
+    parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -33,7 +35,7 @@ def main() -> None:
         if path.exists():
             continue
         staging = path.with_suffix(".tmp")
-        staging.write_text(json.dumps(shard(index), sort_keys=True))
+        staging.write_text(json.dumps(shard(index, args.rows), sort_keys=True))
         os.replace(staging, path)
         done += 1
     print(f"features: {done} shards built, {args.shards - done} kept from an earlier attempt")

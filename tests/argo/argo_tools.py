@@ -189,16 +189,19 @@ def _cached_build(name: str, build: Any, tool: str | None = None) -> Path:
 
 
 def build_go_command(tool: str, name: str, package: str,
-                     overlay: dict[str, Path] | None = None) -> Path:
+                     overlay: dict[str, Path] | None = None, ldflags: str = "",
+                     env: dict[str, str] | None = None) -> Path:
     """The command ``package`` built from the module ``tools/<tool>`` as ``name`` (cached).
 
     ``overlay`` adds files to packages of the build, as ``go build -overlay`` does:
     target path (inside a replaced module's source) -> our file."""
 
+    extra_env = env or {}
+
     def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
-        env = _go_env()
+        env = {**_go_env(), **extra_env}
         env["GOWORK"] = "off"
-        args = [go, "build", "-ldflags=-s"]
+        args = [go, "build", f"-ldflags=-s {ldflags}".strip()]
         if overlay:
             spec = out_dir / f"{name}.overlay.json"
             spec.write_text(json.dumps({"Replace": {k: str(v) for k, v in overlay.items()}}))

@@ -63,6 +63,7 @@ COMMANDS: dict[str, dict[str, str]] = {
         "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
         "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     },
     "cluster/kwok": {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     "cluster/argo": {
@@ -71,6 +72,9 @@ COMMANDS: dict[str, dict[str, str]] = {
     "cluster/jobset": {"jobset-controller": "sigs.k8s.io/jobset"},
 }
 ADMIN_TOKEN = "durapipe-e2e-admin"
+#: The real node (tests/e2e/realnode.py): its name and its kubelet's API token.
+REAL_NODE_NAME = "durapipe-real"
+NODE_TOKEN = "durapipe-e2e-node"
 ARGO_NAMESPACE = "argo"
 JOBSET_NAMESPACE = "jobset-system"
 #: The ServiceAccount JobSet's config/ runs its manager as (``controller-manager`` there, with
@@ -87,12 +91,25 @@ def build_binaries() -> dict[str, Path]:
     loopback = argo_dir / "loopback" / "zz_durapipe_loopback.go"
     overlay = {str(go_module_dir(argo_dir) / "cmd" / "workflow-controller" / loopback.name):
                loopback}
+    # The version the binaries report (the kubelet's node status, the API server's /version),
+    # as Kubernetes' own release build stamps it; without it they say v0.0.0-master.
+    stamp = f"-X k8s.io/component-base/version.gitVersion={kubernetes_version()}"
     out: dict[str, Path] = {}
     for tool, commands in COMMANDS.items():
         for name, pkg in commands.items():
-            out[name] = build_go_command(tool, name, pkg,
-                                         overlay if name == "workflow-controller" else None)
+            out[name] = build_go_command(
+                tool, name, pkg, overlay if name == "workflow-controller" else None,
+                ldflags=stamp if tool == "cluster/k8s" else "")
     return out
+
+
+def kubernetes_version() -> str:
+    """The ``k8s.io/kubernetes`` version tools/cluster/k8s requires (v1.35.4)."""
+    for line in (TOOLS / "cluster" / "k8s" / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["k8s.io/kubernetes"] and len(parts) >= 2:
+            return parts[1]
+    raise ToolError("tools/cluster/k8s/go.mod does not require k8s.io/kubernetes")
 
 
 def free_port() -> int:
@@ -145,6 +162,12 @@ class Cluster:
     timings: dict[str, float] = field(default_factory=dict)
     jobset_webhook_port: int = 0
     jobset_health_port: int = 0
+    #: Where the API server listens: loopback for KWOK nodes only; the machine's own interface
+    #: address once a real node joins (the kubelet refuses a loopback node IP, and pods cannot
+    #: reach loopback services: the kubelet drops traffic to 127.0.0.0/8 from other sources).
+    address: str = "127.0.0.1"
+    #: Settings merged into Argo's workflow-controller ConfigMap over CONTROLLER_CONFIG.
+    controller_config: dict[str, str] = field(default_factory=dict)
 
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -191,7 +214,7 @@ class Cluster:
     # -- API access -----------------------------------------------------------------------------
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.api_port}"
+        return f"https://{self.address}:{self.api_port}"
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -224,9 +247,12 @@ class Cluster:
 
     # -- start ----------------------------------------------------------------------------------
     @classmethod
-    def start(cls, state: Path, bins: dict[str, Path] | None = None) -> Cluster:
+    def start(cls, state: Path, bins: dict[str, Path] | None = None, *,
+              address: str = "127.0.0.1",
+              controller_config: dict[str, str] | None = None) -> Cluster:
         t0 = time.monotonic()
-        cluster = cls(state=state, bins=bins or build_binaries())
+        cluster = cls(state=state, bins=bins or build_binaries(), address=address,
+                      controller_config=dict(controller_config or {}))
         cluster.timings["build"] = time.monotonic() - t0
         # Should the test process end without its fixtures' teardown (an interrupt), still stop
         # every process (they run in sessions of their own, so no signal reaches them).
@@ -248,7 +274,12 @@ class Cluster:
                        check=True, capture_output=True)
         subprocess.run(["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout",
                         "-out", str(pki / "sa.pub")], check=True, capture_output=True)
-        (pki / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+        # The node token authenticates a real node's kubelet as its Node (the Node authorizer
+        # lets it read only what its own pods mount); unused while only KWOK plays nodes.
+        (pki / "tokens.csv").write_text(
+            f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n'
+            f'{NODE_TOKEN},system:node:{REAL_NODE_NAME},node-uid,"system:nodes"\n')
+        _kubelet_client_cert(pki)
 
         etcd_port, peer_port = free_port(), free_port()
         etcd = self._spawn("etcd", [
@@ -269,14 +300,20 @@ class Cluster:
         api = self._spawn("kube-apiserver", [
             str(self.bins["kube-apiserver"]),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--secure-port={self.api_port}", f"--cert-dir={pki}",
-            f"--token-auth-file={pki / 'tokens.csv'}", "--authorization-mode=RBAC",
+            f"--token-auth-file={pki / 'tokens.csv'}", "--authorization-mode=Node,RBAC",
+            # How `kubectl logs` reaches a real kubelet, which admits no anonymous client.
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+            # No DNS here: reach a kubelet at its node's address, never by its name.
+            "--kubelet-preferred-address-types=InternalIP",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16",
-            # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints refuse.
+            # No kube-proxy routes the `kubernetes` Service (and on loopback its Endpoints would
+            # be refused): pods reach the API server at its address (executor.env).
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
             "--v=0",
@@ -297,7 +334,11 @@ class Cluster:
             "ttl-after-finished-controller,pod-garbage-collector-controller,"
             # Lifts the not-ready taint the API server puts on every new node (TaintNodesByCondition)
             # once the node reports Ready, as in any cluster; without it no pod is ever placed.
-            "node-lifecycle-controller",
+            "node-lifecycle-controller,"
+            # Publishes kube-root-ca.crt into every namespace: without it a real kubelet never
+            # mounts a projected service-account token, and pods stay in ContainerCreating.
+            "root-ca-certificate-publisher-controller",
+            f"--root-ca-file={pki / 'apiserver.crt'}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             "--use-service-account-credentials=false",
         ])
@@ -353,7 +394,7 @@ class Cluster:
         # minute), and the API server takes long to install them on a loaded machine.
         self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
                      "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
-        self.apply(argo_install_docs())
+        self.apply(argo_install_docs(self.controller_config))
         self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
                      "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
                      "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
@@ -479,7 +520,7 @@ def argo_manifests() -> Path:
     return argo_source_or_skip(TOOLS / "cluster" / "argo").parent / "manifests"
 
 
-def argo_install_docs() -> list[dict[str, Any]]:
+def argo_install_docs(overrides: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Argo's cluster install from ../shared without its CRDs (applied on their own) and the
     controller's Deployment (we run the controller as a process), with the e2e settings in its
     ConfigMap."""
@@ -497,7 +538,7 @@ def argo_install_docs() -> list[dict[str, Any]]:
             continue
         if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == \
                 "workflow-controller-configmap":
-            doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG}
+            doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG, **(overrides or {})}
         docs.append(doc)
     # Argo's ClusterRole only reads ConfigMaps; memoization writes its cache ConfigMap, so an
     # operator grants that (docs/lowering.md, Caching) and so does the e2e install.
@@ -533,6 +574,22 @@ def jobset_source_or_skip() -> Path:
 
 def jobset_crd() -> Path:
     return jobset_source_or_skip().parent / "jobset.x-k8s.io_jobsets.yaml"
+
+
+def _kubelet_client_cert(pki: Path) -> None:
+    """A CA and the API server's client certificate for kubelets (kubelet-client.crt/key);
+    a real kubelet trusts kubelet-client-ca.crt for x509 client authentication."""
+    def ssl_(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=pki)
+
+    ssl_("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client-ca.key",
+         "-out", "kubelet-client-ca.crt", "-days", "2", "-subj", "/CN=durapipe-e2e-kubelet-ca")
+    ssl_("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client.key",
+         "-out", "kubelet-client.csr", "-subj", "/CN=kube-apiserver-kubelet-client")
+    (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    ssl_("x509", "-req", "-in", "kubelet-client.csr", "-CA", "kubelet-client-ca.crt",
+         "-CAkey", "kubelet-client-ca.key", "-CAcreateserial", "-out", "kubelet-client.crt",
+         "-days", "2", "-extfile", "client.ext")
 
 
 def _webhook_certs(pki: Path) -> str:

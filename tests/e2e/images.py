@@ -1,0 +1,260 @@
+"""The images the real node runs, built here and imported into containerd, never pulled.
+
+- ``PAUSE_IMAGE``: the pod sandbox, a static C program (``pause.c``, ``gcc -static``);
+- ``PYTHON_IMAGE``: Debian bookworm's ``python3`` (``mmdebstrap --variant=essential``: its tar
+  is the one layer), with ``python`` meaning ``python3`` (``python-is-python3``);
+- ``EXAMPLES_IMAGE``: that Python with the examples' stage programs on top (the ``churn`` and
+  ``features`` packages importable, ``train.py`` and the rest in the working directory
+  ``/app``), answering to every image name ``examples/*.pipe`` uses (``example_image_names``),
+  so the examples' compiled output runs unchanged;
+- ``ARGOEXEC_IMAGE``: Argo's ``argoexec`` v4.1.2 built from ``../shared``'s source
+  (``CGO_ENABLED=0``) at ``/bin/argoexec``, as Argo's own image has it.
+
+Each is an OCI image layout in a tar (``oci-layout``, ``index.json`` naming the image with the
+``io.containerd.image.name`` annotation, a manifest, a config with the layers' ``diff_ids``),
+written with the standard library and cached under ``~/.cache/durapipe/images/<inputs>``; an
+archive is renamed into place when whole, and a lock makes parallel sessions build it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from argo.argo_tools import ToolError, _locked, argo_source_or_skip, build_go_command
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO_ROOT / "examples"
+PAUSE_SOURCE = Path(__file__).with_name("pause.c")
+
+#: containerd's sandbox image (its config names it; the kubelet 1.35 default tag).
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
+PYTHON_IMAGE = "durapipe.local/python:bookworm"
+EXAMPLES_IMAGE = "durapipe.local/examples:latest"
+ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v4.1.2"
+#: Debian's suite and the packages of the Python image.
+SUITE = "bookworm"
+PACKAGES = ("python3", "ca-certificates", "python-is-python3")
+#: Where bookworm's python3 looks for packages installed outside Debian.
+SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+#: The examples' Python packages (``python -m churn.prep``) and their top-level files.
+EXAMPLE_PACKAGES = ("churn", "features")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def images_root() -> Path:
+    root = os.environ.get("DURAPIPE_IMAGES_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "durapipe" / "images"
+
+
+def requirements_or_skip() -> None:
+    for tool, package in (("mmdebstrap", "mmdebstrap"), ("gcc", "gcc")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (Debian package {package}); the real node's "
+                        "images are built with it")
+
+
+def example_image_names() -> list[str]:
+    """Every ``image = "..."`` of examples/*.pipe, which the examples image answers to."""
+    names: set[str] = set()
+    for pipe in sorted(EXAMPLES.glob("*.pipe")):
+        names.update(re.findall(r'^\s*image\s*=\s*"([^"]+)"', pipe.read_text(), re.M))
+    return sorted(names)
+
+
+# -- OCI image layouts -------------------------------------------------------------------------
+
+def _digest_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tar_bytes(members: Iterable[tuple[str, bytes, int]]) -> bytes:
+    """A layer of regular files (name, content, mode), directories implied; fixed times and
+    owners, so the same content is the same layer."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        dirs: set[str] = set()
+        for name, data, mode in sorted(members):
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_oci_archive(out: Path, name: str, layers: list[Path], config: dict[str, object]) -> None:
+    """An OCI image layout tar at ``out`` for ``name``: ``layers`` (uncompressed tars, base
+    first) with the image ``config`` (Entrypoint, Cmd, Env, WorkingDir)."""
+    layer_digests = [(_digest_file(p), p.stat().st_size, p) for p in layers]
+    cfg = json.dumps({
+        "architecture": "amd64", "os": "linux", "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d, _, _ in layer_digests]},
+    }, sort_keys=True).encode()
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": f"sha256:{hashlib.sha256(cfg).hexdigest()}", "size": len(cfg)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": f"sha256:{d}", "size": size} for d, size, _ in layer_digests],
+    }, sort_keys=True).encode()
+    index = json.dumps({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": f"sha256:{hashlib.sha256(manifest).hexdigest()}", "size": len(manifest),
+        "annotations": {"io.containerd.image.name": name},
+    }]}, sort_keys=True).encode()
+    tmp = out.with_name(f".{out.name}.tmp")
+    with tarfile.open(tmp, "w") as tar:
+        def put(member: str, data: bytes) -> None:
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+        put("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        put("index.json", index)
+        for blob in (cfg, manifest):
+            put(f"blobs/sha256/{hashlib.sha256(blob).hexdigest()}", blob)
+        for digest, _, path in layer_digests:
+            tar.add(path, arcname=f"blobs/sha256/{digest}")
+    tmp.replace(out)
+
+
+# -- the images ----------------------------------------------------------------------------------
+
+def _cached(key: str, inputs: bytes, build: Callable[[Path], None]) -> Path:
+    """``build(dir)`` once per content of ``inputs``; the archive ``dir/image.tar``."""
+    out_dir = images_root() / f"{key}-{hashlib.sha256(inputs).hexdigest()[:16]}"
+    archive = out_dir / "image.tar"
+    if archive.exists():
+        return archive
+    with _locked(images_root() / f"{key}.lock"):
+        if not archive.exists():
+            out_dir.mkdir(parents=True, exist_ok=True)
+            build(out_dir)
+    return archive
+
+
+def _run(args: list[str], cwd: Path | None = None, timeout: float = 900) -> None:
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    if proc.returncode != 0:
+        raise ToolError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def pause_image() -> Path:
+    source = PAUSE_SOURCE.read_bytes()
+
+    def build(out: Path) -> None:
+        _run(["gcc", "-static", "-O2", "-o", str(out / "pause"), str(PAUSE_SOURCE)])
+        layer = out / "layer.tar"
+        layer.write_bytes(_tar_bytes([("pause", (out / "pause").read_bytes(), 0o755)]))
+        write_oci_archive(out / "image.tar", PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"]})
+
+    return _cached("pause", source, build)
+
+
+def python_rootfs() -> Path:
+    """The bookworm rootfs tar (the Python image's only layer)."""
+    def build(out: Path) -> None:
+        rootfs = out / "rootfs.tar"
+        tmp = out / ".rootfs.partial.tar"  # mmdebstrap picks the format by the suffix
+        _run(["mmdebstrap", "--quiet", "--variant=essential",
+              f"--include={','.join(PACKAGES)}", SUITE, str(tmp)])
+        tmp.replace(rootfs)
+        write_oci_archive(out / "image.tar", PYTHON_IMAGE, [rootfs],
+                          {"Env": [f"PATH={PATH}"], "Cmd": ["python3"]})
+
+    archive = _cached("python", f"{SUITE} {' '.join(PACKAGES)}".encode(), build)
+    return archive.with_name("rootfs.tar")
+
+
+def python_image() -> Path:
+    return python_rootfs().with_name("image.tar")
+
+
+def _example_files() -> list[tuple[str, bytes, int]]:
+    files: list[tuple[str, bytes, int]] = []
+    for package in EXAMPLE_PACKAGES:
+        for path in sorted((EXAMPLES / package).rglob("*.py")):
+            rel = path.relative_to(EXAMPLES).as_posix()
+            files.append((f"{SITE_PACKAGES}/{rel}", path.read_bytes(), 0o644))
+    for path in sorted(EXAMPLES.glob("*.py")):
+        files.append((f"app/{path.name}", path.read_bytes(), 0o644))
+    for path in sorted((EXAMPLES / "configs").glob("*")):
+        files.append((f"app/configs/{path.name}", path.read_bytes(), 0o644))
+    return files
+
+
+def examples_image() -> Path:
+    rootfs = python_rootfs()
+    files = _example_files()
+    layer_bytes = _tar_bytes(files)
+
+    def build(out: Path) -> None:
+        layer = out / "examples.tar"
+        layer.write_bytes(layer_bytes)
+        write_oci_archive(out / "image.tar", EXAMPLES_IMAGE, [rootfs, layer],
+                          {"Env": [f"PATH={PATH}"], "Cmd": ["python3"], "WorkingDir": "/app"})
+
+    return _cached("examples", rootfs.parent.name.encode() + layer_bytes, build)
+
+
+def argoexec_image() -> Path:
+    argo_dir = REPO_ROOT / "tools" / "cluster" / "argo"
+    argo_source_or_skip(argo_dir)
+    # Static: the image has no C library. Argo's own image is distroless (CA certificates, /tmp).
+    binary = build_go_command("cluster/argo", "argoexec",
+                              "github.com/argoproj/argo-workflows/v4/cmd/argoexec",
+                              env={"CGO_ENABLED": "0"})
+    certs = Path("/etc/ssl/certs/ca-certificates.crt")
+
+    def build(out: Path) -> None:
+        members = [("bin/argoexec", binary.read_bytes(), 0o755)]
+        if certs.exists():
+            members.append(("etc/ssl/certs/ca-certificates.crt", certs.read_bytes(), 0o644))
+        layer = out / "layer.tar"
+        layer.write_bytes(_tar_bytes(members))
+        with tarfile.open(layer, "a") as tar:  # argoexec writes temporary files
+            info = tarfile.TarInfo("tmp")
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777
+            tar.addfile(info)
+        write_oci_archive(out / "image.tar", ARGOEXEC_IMAGE, [layer],
+                          {"Env": [f"PATH={PATH}"], "Entrypoint": ["argoexec"]})
+
+    return _cached("argoexec", binary.parent.name.encode() + _digest_file(binary).encode(), build)
+
+
+def build_images() -> dict[str, Path]:
+    """Every image the real node runs: name -> OCI archive (built once, then cached)."""
+    requirements_or_skip()
+    return {PAUSE_IMAGE: pause_image(), PYTHON_IMAGE: python_image(),
+            EXAMPLES_IMAGE: examples_image(), ARGOEXEC_IMAGE: argoexec_image()}
+
+
+def import_images(ctr: Callable[..., str], archives: dict[str, Path]) -> None:
+    """Import each archive with ``ctr`` (a ``ctr -n k8s.io`` runner) and give the examples
+    image every name the examples use."""
+    for archive in archives.values():
+        ctr("images", "import", str(archive))
+    for name in example_image_names():
+        ctr("images", "tag", "--force", EXAMPLES_IMAGE, name)
