@@ -11,7 +11,7 @@ import pytest
 
 from durapipe.compiler import compile_pipeline, to_yaml
 from durapipe.dsl import loads
-from durapipe.dsl import lower as lw
+from durapipe.dsl import tree_to_data as td
 from durapipe.dsl.diagnostics import render
 from tests.vocabulary import Kind, schema_paths
 
@@ -24,8 +24,8 @@ VALUES = [
 
 def _attribute_paths(schema: dict[str, Kind]) -> list[tuple[str, ...]]:
     """Each attribute, and one key of each ``key = value`` map."""
-    return [(*path, "k") if isinstance(kind, lw.Map) else path
-            for path, kind in schema_paths(schema) if not isinstance(kind, lw.BlockSchema)]
+    return [(*path, "k") if isinstance(kind, td.Map) else path
+            for path, kind in schema_paths(schema) if not isinstance(kind, td.BlockSchema)]
 
 
 def _nested(path: tuple[str, ...], value: str) -> str:
@@ -35,8 +35,8 @@ def _nested(path: tuple[str, ...], value: str) -> str:
     return text
 
 
-STAGE_PATHS = _attribute_paths(lw.STAGE_SCHEMA)
-PIPELINE_PATHS = _attribute_paths(lw.PIPELINE_SCHEMA)
+STAGE_PATHS = _attribute_paths(td.STAGE_SCHEMA)
+PIPELINE_PATHS = _attribute_paths(td.PIPELINE_SCHEMA)
 
 
 def _file(stage_setting: str = "", pipeline_setting: str = "") -> str:

@@ -1,4 +1,5 @@
-"""Imports flow one way: grammars <- dsl <- compiler; the runtime imports neither."""
+"""Imports flow one way (docs/architecture.md): grammars <- dsl <- plan <- {compiler, runner}
+<- cluster; the runtime imports none of them; no two modules of durapipe import each other."""
 
 from __future__ import annotations
 
@@ -122,28 +123,112 @@ def test_the_runner_imports_no_argo_lowering() -> None:
     assert compiler_modules <= {"plan", "memo"}, compiler_modules
 
 
-def test_no_import_cycle_inside_the_compiler() -> None:
-    names = {p.stem for p in (PACKAGE / "compiler").glob("*.py")} - {"__init__"}
-    graph = {
-        name: {m.split(".")[2] for m in _module_imports(PACKAGE / "compiler" / f"{name}.py")
-               if m.startswith("durapipe.compiler.") and m.split(".")[2] in names} - {name}
-        for name in names
-    }
-    # Depth-first search for a back edge.
-    state: dict[str, str] = {}
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = "open"
+
+MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of durapipe it imports by name, at the top or inside a function
+    (a deferred import still ties the two together); ``from durapipe.x import y`` is an edge to
+    ``durapipe.x.y`` when that is a module, else to ``durapipe.x``.  The implicit import of a
+    package's ``__init__`` is not an edge: every module would then sit in its package's cycle."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = (".".join([*base, node.module] if node.module else base)
+                          if node.level else node.module or "")
+                for alias in node.names:
+                    target = f"{module}.{alias.name}"
+                    edges.add(target if target in MODULES else module)
+            elif isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+        graph[name] = {edge for edge in edges if edge in MODULES} - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
         for nxt in sorted(graph[node]):
-            assert state.get(nxt) != "open", " -> ".join([*path, node, nxt])
-            if nxt not in state:
-                visit(nxt, [*path, node])
-        state[node] = "done"
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = [stack.pop()]
+            while component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
-    assert graph["argo_stage"] and "argo_stage" not in graph["argo_jobset"]
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_durapipe() -> None:
+    """Two modules that import each other are one concern split in two, or two concerns
+    tangled (``cli``/``diagram.cli``, ``dsl.builder``/``dsl.load``, ``runtime.checkpoint``/
+    ``runtime.sdk`` were); either way, one of them belongs below the other."""
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_argo_lowering_has_its_stage_lowering_above_the_jobset() -> None:
+    graph = _module_graph()
+    assert "durapipe.compiler.argo_jobset" in graph["durapipe.compiler.argo_stage"]
+    assert "durapipe.compiler.argo_stage" not in graph["durapipe.compiler.argo_jobset"]
+
+
+#: docs/architecture.md's layers: what each part of durapipe may import (``__init__``: the
+#: package's version, ``files``: its file helpers).  The CLI, above them all, is imported by
+#: none of them.
+LAYERS = {
+    "runtime": {"__init__"},
+    "grammars": set(),
+    "dsl": {"__init__", "grammars"},
+    "plan": {"dsl", "runtime"},
+    "compiler": {"__init__", "files", "dsl", "plan", "runtime"},
+    "runner": {"__init__", "files", "dsl", "plan", "compiler", "runtime"},
+    "cluster": {"__init__", "files", "dsl", "plan", "compiler", "runtime"},
+    "diagram": {"__init__", "files", "dsl", "plan", "compiler"},
+    "lsp": {"__init__", "files", "grammars", "dsl", "plan", "compiler", "diagram"},
+    "files": set(),
+}
+
+
+def test_each_part_imports_only_the_layers_below_it() -> None:
+    reached: dict[str, set[str]] = {}
+    for module, edges in _module_graph().items():
+        part = module.split(".")[1] if "." in module else "__init__"
+        reached.setdefault(part, set()).update(
+            edge.split(".")[1] if "." in edge else "__init__" for edge in edges)
+    assert set(LAYERS) | {"__init__", "__main__", "cli"} == set(reached) | {"grammars"}
+    for part, allowed in LAYERS.items():
+        assert reached.get(part, set()) - {part} <= allowed, part
+    assert not any("cli" in reached[part] for part in LAYERS if part in reached)
 
 
 def test_the_cluster_layer_sits_above_the_compiler() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from durapipe.dsl import lower as lw
+from durapipe.dsl import tree_to_data as td
 
-Kind = lw.Kind
+Kind = td.Kind
 
 
 def schema_paths(schema: dict[str, Kind],
@@ -14,6 +14,6 @@ def schema_paths(schema: dict[str, Kind],
     """Every name a block allows, nested ones included: ``(("resources", "gpu", "count"),
     Attr())``; a nested block comes after its members."""
     for name, kind in schema.items():
-        if isinstance(kind, lw.BlockSchema):
+        if isinstance(kind, td.BlockSchema):
             yield from schema_paths(kind.schema, (*prefix, name))
         yield (*prefix, name), kind

@@ -56,7 +56,7 @@ _QUOTED_PARAM = re.compile(r"^inputs\.parameters\['([-A-Za-z0-9_]+)'\]$")
 
 
 @dataclass(frozen=True)
-class Attempt:
+class AttemptReport:
     """One pod the stage ran."""
 
     node: str
@@ -74,7 +74,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Budget:
+class BudgetUse:
     """How much of one retry budget a stage used; ``limit`` is what the compiled object
     allows (for the whole stage), ``None`` where it does not say."""
 
@@ -87,11 +87,11 @@ class StageReport:
     stage: str
     phase: str
     cache_hit: bool
-    attempts: list[Attempt] = field(default_factory=list)
-    preemptions: Budget = Budget(0, None)
-    failures: Budget = Budget(0, None)
+    attempts: list[AttemptReport] = field(default_factory=list)
+    preemptions: BudgetUse = BudgetUse(0, None)
+    failures: BudgetUse = BudgetUse(0, None)
     #: OOM kills, and the rungs of the ladder (``limit``: how many there are).
-    oom: Budget = Budget(0, None)
+    oom: BudgetUse = BudgetUse(0, None)
     rungs: int = 1
     #: The rung, memory and GPU type of the attempt that succeeded (or ran last).
     rung: int | None = None
@@ -411,7 +411,7 @@ def _params(node: Json) -> dict[str, str]:
             for p in (node.get("inputs") or {}).get("parameters") or ()}
 
 
-def _attempt(node: Json, tmpl: Json) -> Attempt:
+def _attempt(node: Json, tmpl: Json) -> AttemptReport:
     display = str(node.get("displayName") or node.get("name") or "")
     m = _RETRY_SUFFIX.match(display)
     retries = int(m[2]) if m else 0
@@ -425,7 +425,7 @@ def _attempt(node: Json, tmpl: Json) -> Attempt:
         # The controller failed the pod while it waited for capacity (and deleted it): the
         # GPU type gave way to the next one.
         verdict, reason = PENDING_TIMEOUT, f"no capacity within {tmpl['pendingTimeout']}"
-    return Attempt(
+    return AttemptReport(
         node=display, attempt=_int(env.get(contract.ENV_ATTEMPT)),
         rung=_int(env.get(contract.ENV_RUNG)), memory=_memory(env, params, tmpl),
         gpu_type=env.get(contract.ENV_GPU_TYPE, ""), phase=phase, verdict=verdict,
@@ -505,7 +505,7 @@ def interpret(wf: object) -> RunReport:
     plans = _planned(templates)
     nodes = list((status.get("nodes") or {}).values())
     nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
-    by_stage: dict[str, list[Attempt]] = {s: [] for s in plans}
+    by_stage: dict[str, list[AttemptReport]] = {s: [] for s in plans}
     notes: dict[str, str] = {}
     for node in nodes:
         if node.get("type") != "Pod":
@@ -538,11 +538,13 @@ def interpret(wf: object) -> RunReport:
                    attempts[-1] if attempts else None)
         stages.append(StageReport(
             stage=stage, phase=phase, cache_hit=bool(hit), attempts=attempts,
-            preemptions=Budget(verdicts.count(contract.VERDICT_PREEMPTED), plan.preemption_limit),
+            preemptions=BudgetUse(verdicts.count(contract.VERDICT_PREEMPTED),
+                                  plan.preemption_limit),
             # Application attempts that failed, of the 1 + ``retry.attempts`` the stage has.
-            failures=Budget(verdicts.count(contract.VERDICT_APP_FAILURE)
-                            + verdicts.count(contract.VERDICT_GPU_OOM), plan.attempts_limit + 1),
-            oom=Budget(verdicts.count(contract.VERDICT_HOST_OOM), max(len(plan.rungs) - 1, 0)),
+            failures=BudgetUse(verdicts.count(contract.VERDICT_APP_FAILURE)
+                               + verdicts.count(contract.VERDICT_GPU_OOM), plan.attempts_limit + 1),
+            oom=BudgetUse(verdicts.count(contract.VERDICT_HOST_OOM),
+                          max(len(plan.rungs) - 1, 0)),
             rungs=max(len(plan.rungs), 1),
             rung=ran.rung if ran else None, memory=ran.memory if ran else "",
             gpu_type=ran.gpu_type if ran else "",
@@ -587,7 +589,7 @@ def for_terminal(report: RunReport) -> RunReport:
 
 
 
-def _budget(b: Budget) -> str:
+def _budget(b: BudgetUse) -> str:
     return f"{b.used}/{b.limit}" if b.limit is not None else str(b.used)
 
 
@@ -635,6 +637,6 @@ def render(report: RunReport) -> str:
 EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 
-__all__ = ["Attempt", "Budget", "MalformedWorkflow", "RunReport", "StageReport", "check_shape",
-           "for_terminal", "interpret", "printable", "render", "table", "verdict_of",
+__all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
+           "check_shape", "for_terminal", "interpret", "printable", "render", "table", "verdict_of",
            "EXIT_CODES"]

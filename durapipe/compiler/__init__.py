@@ -38,14 +38,14 @@ def compile_pipeline(pipeline: Any, options: CompileOptions | None = None) -> Co
 
 def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     from durapipe.compiler import argo_stage, argo_workflow, plan
-    from durapipe.compiler.context import Context
+    from durapipe.compiler.context import CompileContext
     from durapipe.dsl import catalog
     from durapipe.dsl.diagnostics import sort_unique
     from durapipe.dsl.validate import check_references
 
     options = options or CompileOptions()
     profile = catalog.PROFILES[pipeline.cluster.profile]
-    ctx = Context(pipeline=pipeline, options=options, profile=profile)
+    ctx = CompileContext(pipeline=pipeline, options=options, profile=profile)
     ctx.diagnostics.extend(check_references(pipeline, options.source_map or {}))
     kind = options.kind or pipeline.output_kind
     if kind != "cron" and pipeline.schedules:

@@ -28,7 +28,7 @@ from durapipe.compiler.argo_pod import (
     volumes,
 )
 from durapipe.compiler.argo_text import render_text
-from durapipe.compiler.context import Context
+from durapipe.compiler.context import CompileContext
 from durapipe.compiler.plan import StagePlan
 from durapipe.compiler.serialize import dump_document
 from durapipe.runtime import contract
@@ -70,7 +70,7 @@ def torchrun_argv(replicas: int, procs: int, user: list[str]) -> list[str]:
     return head + ["--no-python"] + user
 
 
-def check_distributed(ctx: Context, plan: StagePlan) -> None:
+def check_distributed(ctx: CompileContext, plan: StagePlan) -> None:
     """What a JobSet cannot carry: outputs and inputs (Argo artifacts reach only Argo's own
     pods), an OOM ladder, GPU fallback, a script."""
     stage, loc = plan.stage, ("stages", plan.index)
@@ -92,7 +92,7 @@ def check_distributed(ctx: Context, plan: StagePlan) -> None:
                   "(Argo artifacts reach only Argo's own pods)", loc)
 
 
-def jobset_env(ctx: Context, plan: StagePlan) -> list[Json]:
+def jobset_env(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     """The contract environment, with the JobSet's name and its restart count as the attempt."""
     env: list[Json] = [
         {"name": ENV_JOBSET_NAME, "valueFrom": {"fieldRef": {
@@ -107,7 +107,7 @@ def jobset_env(ctx: Context, plan: StagePlan) -> list[Json]:
     return env
 
 
-def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
+def node_pod_spec(ctx: CompileContext, plan: StagePlan) -> Json:
     """The pod of each node: torchrun under the runtime wrapper."""
     stage, dist, variant = plan.stage, plan.stage.distributed, plan.variants[0]
     assert dist is not None
@@ -147,7 +147,7 @@ def node_pod_spec(ctx: Context, plan: StagePlan) -> Json:
     return pod_spec
 
 
-def jobset_manifest(ctx: Context, plan: StagePlan, meta: Json) -> Json:
+def jobset_manifest(ctx: CompileContext, plan: StagePlan, meta: Json) -> Json:
     stage, dist = plan.stage, plan.stage.distributed
     assert dist is not None
     job_spec: Json = {
@@ -190,7 +190,7 @@ def jobset_manifest(ctx: Context, plan: StagePlan, meta: Json) -> Json:
     }
 
 
-def lower_jobset(ctx: Context, plan: StagePlan) -> Json:
+def lower_jobset(ctx: CompileContext, plan: StagePlan) -> Json:
     """The resource template of a multi-node stage."""
     check_distributed(ctx, plan)
     meta = stage_metadata(ctx, plan.stage)

@@ -11,7 +11,7 @@ from typing import Any
 
 from durapipe.compiler import memo, naming, runtime_delivery
 from durapipe.compiler.argo_text import input_path, render_text
-from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.context import CompileContext, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import (
     RUNTIME_ROOT,
@@ -47,11 +47,11 @@ RUN_ID = "{{workflow.name}}"
 # -- scheduling: GPUs, spot, tolerations -------------------------------------------------------
 
 
-def gpu_label(ctx: Context) -> str:
+def gpu_label(ctx: CompileContext) -> str:
     return ctx.pipeline.cluster.gpu_label or ctx.profile.gpu_label
 
 
-def gpu_product(ctx: Context, gpu_type: str, loc: Loc) -> str | None:
+def gpu_product(ctx: CompileContext, gpu_type: str, loc: Loc) -> str | None:
     products = {**ctx.profile.gpu_products, **ctx.pipeline.cluster.gpu_products}
     value = products.get(gpu_type)
     if value is None:
@@ -65,11 +65,11 @@ def gpu_product(ctx: Context, gpu_type: str, loc: Loc) -> str | None:
     return value
 
 
-def spot_selector(ctx: Context) -> dict[str, str]:
+def spot_selector(ctx: CompileContext) -> dict[str, str]:
     return dict(ctx.pipeline.cluster.spot_selector or ctx.profile.spot_selector)
 
 
-def on_demand_requirements(ctx: Context) -> tuple[catalog.Requirement, ...]:
+def on_demand_requirements(ctx: CompileContext) -> tuple[catalog.Requirement, ...]:
     """What the on-demand attempt's node must satisfy: the labels the pipeline says its
     on-demand nodes carry, else "not the spot labels" (the pipeline's, or the profile's)."""
     cluster = ctx.pipeline.cluster
@@ -98,7 +98,7 @@ def require(t: Json, expressions: list[Json]) -> None:
         term["matchExpressions"] = [*term.get("matchExpressions", []), *expressions]
 
 
-def _without_spot(ctx: Context, t: Json) -> list[Json]:
+def _without_spot(ctx: CompileContext, t: Json) -> list[Json]:
     """Drop the spot labels from ``t``'s nodeSelector; the spot tolerations it holds."""
     spot = spot_selector(ctx)
     selector = {k: v for k, v in t.get("nodeSelector", {}).items() if k not in spot}
@@ -110,7 +110,7 @@ def _without_spot(ctx: Context, t: Json) -> list[Json]:
     return [x for x in t.get("tolerations", []) if x in spot_tolerations]
 
 
-def on_demand_outright(ctx: Context, t: Json) -> None:
+def on_demand_outright(ctx: CompileContext, t: Json) -> None:
     """A task that runs once and is the stage's last attempt: on-demand capacity outright,
     with no spot label asked for and no spot taint tolerated."""
     dropped = _without_spot(ctx, t)
@@ -128,7 +128,7 @@ def on_demand_outright(ctx: Context, t: Json) -> None:
 NO_TAINT = "durapipe-on-demand"
 
 
-def on_demand_on_last_retry(ctx: Context, t: Json, spent: str, budget: int) -> None:
+def on_demand_on_last_retry(ctx: CompileContext, t: Json, spent: str, budget: int) -> None:
     """The last task of an interruptible stage, whose last retry is the stage's last attempt:
     spot while the preemptions ``spent`` (Argo expression text over ``retries``) are below
     the ``budget``, on-demand at it.  A ``nodeSelector`` entry
@@ -162,7 +162,7 @@ def on_demand_on_last_retry(ctx: Context, t: Json, spent: str, budget: int) -> N
     require(t, expressions)
 
 
-def _preferred_types(ctx: Context, products: list[str]) -> Json:
+def _preferred_types(ctx: CompileContext, products: list[str]) -> Json:
     """Any listed GPU type will do, the earlier ones preferred (no fallback wait)."""
     label = gpu_label(ctx)
 
@@ -182,7 +182,7 @@ def _preferred_types(ctx: Context, products: list[str]) -> Json:
     }
 
 
-def scheduling(ctx: Context, plan: StagePlan, variant: Variant) -> Json:
+def scheduling(ctx: CompileContext, plan: StagePlan, variant: Variant) -> Json:
     """``nodeSelector``, ``affinity`` and ``tolerations`` of one variant."""
     loc: Loc = ("stages", plan.index, "resources", "gpu")
     stage = plan.stage
@@ -264,7 +264,7 @@ def _toleration(t: catalog.Toleration) -> Json:
     return out
 
 
-def container_resources(ctx: Context, stage: Stage, variant: Variant) -> Json:
+def container_resources(ctx: CompileContext, stage: Stage, variant: Variant) -> Json:
     res = stage.resources
     requests: Json = {}
     limits: Json = {}
@@ -288,7 +288,7 @@ def container_resources(ctx: Context, stage: Stage, variant: Variant) -> Json:
 # -- the runtime: env, volumes, init container, sidecar ---------------------------------------
 
 
-def cluster_site(ctx: Context, plan: StagePlan, attempt: str, *,
+def cluster_site(ctx: CompileContext, plan: StagePlan, attempt: str, *,
                  inputs: bool = True) -> Site:
     """The contract's pod-side values: Argo's run name, the pod's own paths."""
     pipeline, stage = ctx.pipeline, plan.stage
@@ -314,13 +314,13 @@ def env_list(pairs: list[tuple[str, str]]) -> list[Json]:
     return [{"name": name, "value": kubelet_literal(value)} for name, value in pairs]
 
 
-def pod_env(ctx: Context, plan: StagePlan, variant: Variant, attempt: str, *,
+def pod_env(ctx: CompileContext, plan: StagePlan, variant: Variant, attempt: str, *,
             inputs: bool = True) -> list[Json]:
     site = cluster_site(ctx, plan, attempt, inputs=inputs)
     return env_list(contract_env(ctx.pipeline, plan, variant, site))
 
 
-def user_env(ctx: Context, plan: StagePlan) -> list[Json]:
+def user_env(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     env: list[Json] = []
     stage = plan.stage
     for name in sorted(stage.env):
@@ -335,13 +335,13 @@ def user_env(ctx: Context, plan: StagePlan) -> list[Json]:
     return env
 
 
-def store_env_from(ctx: Context) -> list[Json]:
+def store_env_from(ctx: CompileContext) -> list[Json]:
     if ctx.pipeline.storage_secret:
         return [{"secretRef": {"name": ctx.pipeline.storage_secret}}]
     return []
 
 
-def volumes(ctx: Context, plan: StagePlan) -> list[Json]:
+def volumes(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     out: list[Json] = [{"name": RUNTIME_VOLUME, "emptyDir": {}}]
     if ctx.options.runtime_image is None:
         out.append(runtime_delivery.volume(ctx))
@@ -380,7 +380,7 @@ def user_mounts(plan: StagePlan) -> list[Json]:
     return out
 
 
-def _runtime_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
+def _runtime_mounts(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     out: list[Json] = [{"name": RUNTIME_VOLUME, "mountPath": RUNTIME_ROOT}]
     if ctx.options.runtime_image is None:
         # Nested in the emptyDir above; container runtimes mount parents first.
@@ -390,7 +390,7 @@ def _runtime_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
     return out
 
 
-def main_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
+def main_mounts(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     out = _runtime_mounts(ctx, plan)
     if plan.pod.shm is not None:
         out.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
@@ -398,7 +398,7 @@ def main_mounts(ctx: Context, plan: StagePlan) -> list[Json]:
     return out
 
 
-def init_container(ctx: Context, plan: StagePlan) -> Json:
+def init_container(ctx: CompileContext, plan: StagePlan) -> Json:
     """With the ConfigMap delivery: a preflight in the stage's own image, so an image whose
     Python cannot run the runtime, or that has no client for the checkpoint store, fails the
     pod with a verdict line before the trainer starts.  With a runtime image: copy the
@@ -429,7 +429,7 @@ def init_container(ctx: Context, plan: StagePlan) -> Json:
     return init
 
 
-def fill_main_container(ctx: Context, plan: StagePlan, variant: Variant, main: Json,
+def fill_main_container(ctx: CompileContext, plan: StagePlan, variant: Variant, main: Json,
                         env: list[Json]) -> Json | None:
     """Add what every stage's main container has (working dir, env, store credentials,
     resources, mounts) to ``main``; return the upload sidecar when the stage checkpoints."""
@@ -461,7 +461,7 @@ POD_IDENTITY_ENV: list[Json] = [
 ]
 
 
-def upload_sidecar(ctx: Context, plan: StagePlan, env: list[Json]) -> Json:
+def upload_sidecar(ctx: CompileContext, plan: StagePlan, env: list[Json]) -> Json:
     image = ctx.options.runtime_image
     sidecar: Json = {
         "name": UPLOAD_SIDECAR,
@@ -477,7 +477,7 @@ def upload_sidecar(ctx: Context, plan: StagePlan, env: list[Json]) -> Json:
     return sidecar
 
 
-def user_argv(ctx: Context, plan: StagePlan) -> tuple[list[str], list[str]]:
+def user_argv(ctx: CompileContext, plan: StagePlan) -> tuple[list[str], list[str]]:
     """The user's command and args, rendered (a script stage's command is ``sh``)."""
     stage, index = plan.stage, plan.index
     args = [render_text(ctx, a, ("stages", index, "args", i)) for i, a in enumerate(stage.args)]
@@ -488,13 +488,13 @@ def user_argv(ctx: Context, plan: StagePlan) -> tuple[list[str], list[str]]:
     return command, args
 
 
-def wrapped_command(ctx: Context, plan: StagePlan) -> tuple[list[str], list[str]]:
+def wrapped_command(ctx: CompileContext, plan: StagePlan) -> tuple[list[str], list[str]]:
     """(command, args) of the main container: the runtime wrapper, then the user's argv."""
     command, args = user_argv(ctx, plan)
     return ["python3", ZIPAPP, "exec", "--", *command], args
 
 
-def stage_metadata(ctx: Context, stage: Stage) -> Json:
+def stage_metadata(ctx: CompileContext, stage: Stage) -> Json:
     labels = {LABEL_PIPELINE: ctx.pipeline.name, LABEL_STAGE: stage.name}
     labels.update(stage.labels)
     meta: Json = {"labels": dict(sorted(labels.items()))}
@@ -503,7 +503,8 @@ def stage_metadata(ctx: Context, stage: Stage) -> Json:
     return meta
 
 
-def memoize(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str]) -> Json | None:
+def memoize(ctx: CompileContext, plan: StagePlan,
+            hash_inputs: dict[tuple[str, str], str]) -> Json | None:
     cache = plan.stage.cache
     if cache is None:
         return None
@@ -515,7 +516,7 @@ def memoize(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], st
     }
 
 
-def resources_patch(ctx: Context, *, memory: bool, gpu_count: bool) -> Json:
+def resources_patch(ctx: CompileContext, *, memory: bool, gpu_count: bool) -> Json:
     """The main container's resources from the task's inputs, where one pod template serves
     several rungs or GPU types: Argo templates no container resources, ``podSpecPatch`` can."""
     limits: Json = {}
@@ -530,7 +531,7 @@ def resources_patch(ctx: Context, *, memory: bool, gpu_count: bool) -> Json:
     return {"name": "main", "resources": resources}
 
 
-def pod_spec_patch(ctx: Context, plan: StagePlan, *, memory_param: bool = False,
+def pod_spec_patch(ctx: CompileContext, plan: StagePlan, *, memory_param: bool = False,
                    gpu_count_param: bool = False) -> str | None:
     """Template ``podSpecPatch``: grace period, and the main container's memory or GPU count
     from the task's inputs (the on-demand last attempt is ``on_demand_on_last_retry``)."""

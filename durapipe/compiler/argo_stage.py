@@ -41,7 +41,7 @@ from durapipe.compiler.argo_text import (
     render_ref,
     upstream_hash_input,
 )
-from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.context import CompileContext, Loc
 from durapipe.compiler.plan import (
     RUNTIME_ROOT,
     Pred,
@@ -75,7 +75,7 @@ class LoweredStage:
 # -- checks -----------------------------------------------------------------------------------
 
 
-def check_gpu(ctx: Context, plan: StagePlan) -> None:
+def check_gpu(ctx: CompileContext, plan: StagePlan) -> None:
     stage, loc = plan.stage, ("stages", plan.index, "resources", "gpu")
     gpu = stage.resources.gpu
     if gpu is not None and gpu.fallback_after is not None and len(gpu.types) > 1:
@@ -97,7 +97,7 @@ def check_gpu(ctx: Context, plan: StagePlan) -> None:
         )
 
 
-def check_texts(ctx: Context, plan: StagePlan) -> None:
+def check_texts(ctx: CompileContext, plan: StagePlan) -> None:
     """User text that reaches Argo fields of a pod stage, and the references of its inputs."""
     stage, loc = plan.stage, ("stages", plan.index)
     if stage.script is not None and stage.args:
@@ -213,7 +213,7 @@ class Varying:
                 *(("gpu-count",) if self.gpu_count else ())]
 
 
-def variant_arguments(ctx: Context, plan: StagePlan, variant: Variant,
+def variant_arguments(ctx: CompileContext, plan: StagePlan, variant: Variant,
                       varying: Varying) -> list[Json]:
     values: dict[str, str] = {}
     if varying.rung:
@@ -250,7 +250,7 @@ def attempt_text(task: TaskPlan, count: Count, *, shared: bool = False) -> str:
     return "{{=" + " + ".join(terms) + "}}"
 
 
-def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, count: Count,
+def main_container(ctx: CompileContext, plan: StagePlan, task: TaskPlan, count: Count,
                    t: Json, *, shared: bool = False, varying: Varying | None = None) -> None:
     """The leaf's main container (or script) and its upload sidecar, into ``t``.  What
     ``varying`` names comes from the task's inputs."""
@@ -281,7 +281,7 @@ def main_container(ctx: Context, plan: StagePlan, task: TaskPlan, count: Count,
         t["sidecars"] = [sidecar]
 
 
-def leaf(ctx: Context, plan: StagePlan, task: TaskPlan,
+def leaf(ctx: CompileContext, plan: StagePlan, task: TaskPlan,
          hash_inputs: dict[tuple[str, str], str], *, shared: bool = False,
          wrapped: bool = False) -> Json:
     """The template one task runs: a pod of one variant, with its preemption retries.  A
@@ -366,7 +366,7 @@ class PodTemplates:
     templates: list[Json]
 
 
-def pod_templates(ctx: Context, plan: StagePlan,
+def pod_templates(ctx: CompileContext, plan: StagePlan,
                   hash_inputs: dict[tuple[str, str], str]) -> PodTemplates:
     # (the shared pod, the tasks that run it); a stage has a few, so equality beats hashing
     groups: list[tuple[Json, list[TaskPlan]]] = []
@@ -422,7 +422,7 @@ def oom_exhausted_name(task: str) -> str:
     return f"{task}-oom-exhausted"
 
 
-def oom_exhausted_template(ctx: Context, plan: StagePlan) -> Json:
+def oom_exhausted_template(ctx: CompileContext, plan: StagePlan) -> Json:
     stage = plan.stage
     sizes = ", ".join(units.format_bytes(m or 0) for m in plan.rungs)
     message = (
@@ -504,7 +504,7 @@ def backoff_task(plan: StagePlan, failed: str, then: TaskPlan) -> Json:
             "arguments": {"parameters": [{"name": "duration", "value": wait}]}}
 
 
-def grid_task(ctx: Context, plan: StagePlan, task: TaskPlan, arts: list[Json],
+def grid_task(ctx: CompileContext, plan: StagePlan, task: TaskPlan, arts: list[Json],
               pods: PodTemplates, waited: frozenset[str]) -> Json:
     out: Json = {"name": task.name, "template": pods.template_of[task.name]}
     links: list[tuple[str, str | None]] = []
@@ -550,7 +550,7 @@ def preempted_before(plan: StagePlan, task: TaskPlan, conds: list[str]) -> str:
     return argo_retry.preempted_before_value(links)
 
 
-def grid_tasks(ctx: Context, plan: StagePlan, pods: PodTemplates) -> list[Json]:
+def grid_tasks(ctx: CompileContext, plan: StagePlan, pods: PodTemplates) -> list[Json]:
     """The stage DAG's tasks: application attempts chain, OOM rungs climb, GPU types fall
     back; a join makes the stage succeed when any task did."""
     arts = [
@@ -620,7 +620,7 @@ def grid_outputs(plan: StagePlan) -> Json:
     }
 
 
-def grid_template(ctx: Context, plan: StagePlan, hash_inputs: dict[tuple[str, str], str],
+def grid_template(ctx: CompileContext, plan: StagePlan, hash_inputs: dict[tuple[str, str], str],
                   pods: PodTemplates) -> Json:
     t: Json = {"name": plan.task}
     inputs = template_inputs(plan, hash_inputs, leaf=False)
@@ -645,7 +645,7 @@ def hash_inputs_of(plan: StagePlan) -> dict[tuple[str, str], str]:
     return {(s, o): upstream_hash_input(s, o) for s, o in plan.upstream}
 
 
-def lower_pod(ctx: Context, plan: StagePlan) -> LoweredStage:
+def lower_pod(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     check_gpu(ctx, plan)
     check_texts(ctx, plan)
     hash_inputs = hash_inputs_of(plan)
@@ -695,7 +695,7 @@ def wrapper_template(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], i
     return t
 
 
-def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
+def lower_grid(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     check_gpu(ctx, plan)
     check_texts(ctx, plan)
     needed = len(plan.tasks) + len(waits(plan))
@@ -713,16 +713,16 @@ def lower_grid(ctx: Context, plan: StagePlan) -> LoweredStage:
                                *extra], hash_inputs, frozenset(shared))
 
 
-def lower_distributed(ctx: Context, plan: StagePlan) -> LoweredStage:
+def lower_distributed(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     return LoweredStage(plan, [lower_jobset(ctx, plan)], {})
 
 
-LOWERERS: dict[str, Callable[[Context, StagePlan], LoweredStage]] = {
+LOWERERS: dict[str, Callable[[CompileContext, StagePlan], LoweredStage]] = {
     "pod": lower_pod,
     "grid": lower_grid,
     "jobset": lower_distributed,
 }
 
 
-def lower_stage(ctx: Context, plan: StagePlan) -> LoweredStage:
+def lower_stage(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     return LOWERERS[plan.kind](ctx, plan)

@@ -6,7 +6,7 @@ inputs land on) is made here, so the stage and the workflow agree on them.
 
 from __future__ import annotations
 
-from durapipe.compiler.context import Context, Loc
+from durapipe.compiler.context import CompileContext, Loc
 from durapipe.compiler.plan import RUNTIME_ROOT, kubelet_literal
 from durapipe.dsl.model import Ref, Text
 
@@ -29,7 +29,7 @@ def upstream_hash_input(stage: str, output: str) -> str:
     return f"{stage}-{output}-hash"
 
 
-def render_ref(ctx: Context, ref: Ref, loc: Loc) -> str:
+def render_ref(ctx: CompileContext, ref: Ref, loc: Loc) -> str:
     """A reference as the pod sees it: a workflow parameter, or the path an input lands on.
     (Unknown names are the front end's P0301, ``validate.check_references``.)"""
     if ref.is_param:
@@ -40,7 +40,7 @@ def render_ref(ctx: Context, ref: Ref, loc: Loc) -> str:
     return ""
 
 
-def render_text(ctx: Context, value: Text, loc: Loc) -> str:
+def render_text(ctx: CompileContext, value: Text, loc: Loc) -> str:
     """User text for a kubelet-expanded field (``command``, ``args``, ``env``): its literal
     parts escaped (:func:`kubelet_literal`), its references lowered.  Text Argo would template
     is the front end's P0404 (``validate``), so ``check``, ``compile`` and ``run`` agree."""

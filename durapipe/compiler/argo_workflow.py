@@ -20,7 +20,7 @@ from durapipe.compiler import naming
 from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
 from durapipe.compiler.argo_stage import SHARED_TEMPLATES, LoweredStage
 from durapipe.compiler.argo_text import artifact_input_name, hash_param_name
-from durapipe.compiler.context import Context
+from durapipe.compiler.context import CompileContext
 from durapipe.compiler.plan import kubelet_literal, param_value
 from durapipe.dsl.model import Pipeline
 
@@ -46,7 +46,7 @@ RAW_OPEN, RAW_CLOSE = "@@raw:", "@@"
 MAX_OBJECT_BYTES = 1024 * 1024
 
 
-def arguments(ctx: Context) -> Json:
+def arguments(ctx: CompileContext) -> Json:
     """The Workflow's parameters with their defaults.  Argo puts a value as it stands here into
     the container's command, args and env, which the kubelet expands (``$(NAME)``), so a
     default is written as :func:`kubelet_literal` text: the program gets the default as
@@ -107,7 +107,7 @@ def local_refs(output: str, task: str) -> tuple[str, str]:
     )
 
 
-def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
+def check_names(ctx: CompileContext, lowered: list[LoweredStage]) -> None:
     # name -> (who made it, the stage's index: None for the entrypoint)
     seen: dict[str, tuple[str, int | None]] = {naming.ENTRYPOINT: ("the entrypoint DAG", None)}
     seen.update((name, ("a template every stage shares", None)) for name in SHARED_TEMPLATES)
@@ -131,7 +131,7 @@ def check_names(ctx: Context, lowered: list[LoweredStage]) -> None:
                           ("stages", item.plan.index, "name"))
 
 
-def metadata(ctx: Context, kind: str, name: str) -> Json:
+def metadata(ctx: CompileContext, kind: str, name: str) -> Json:
     pipeline = ctx.pipeline
     meta: Json = {}
     if kind == "Workflow" and not ctx.options.fixed_names:
@@ -152,7 +152,7 @@ def metadata(ctx: Context, kind: str, name: str) -> Json:
     return meta
 
 
-def workflow_spec(ctx: Context, templates: list[Json]) -> Json:
+def workflow_spec(ctx: CompileContext, templates: list[Json]) -> Json:
     spec: Json = {"entrypoint": naming.ENTRYPOINT}
     args = arguments(ctx)
     if args:
@@ -166,7 +166,7 @@ def workflow_spec(ctx: Context, templates: list[Json]) -> Json:
     return spec
 
 
-def document(ctx: Context, kind: str, templates: list[Json]) -> Json:
+def document(ctx: CompileContext, kind: str, templates: list[Json]) -> Json:
     pipeline: Pipeline = ctx.pipeline
     spec = workflow_spec(ctx, templates)
     if kind == "cron":
@@ -197,7 +197,7 @@ def dag_tasks(part: list[LoweredStage], upstream: UpstreamRefs) -> list[Json]:
     return tasks
 
 
-def single_object(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+def single_object(ctx: CompileContext, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     tasks = dag_tasks(lowered, UpstreamRefs())
     templates: list[Json] = [{"name": naming.ENTRYPOINT, "dag": {"tasks": tasks}}]
     for item in lowered:
@@ -211,7 +211,7 @@ def shared_templates(lowered: list[LoweredStage]) -> list[Json]:
     return [copy.deepcopy(t) for name, t in SHARED_TEMPLATES.items() if name in used]
 
 
-def split_parts(ctx: Context, lowered: list[LoweredStage]) -> list[list[LoweredStage]]:
+def split_parts(ctx: CompileContext, lowered: list[LoweredStage]) -> list[list[LoweredStage]]:
     budget_templates = ctx.options.max_templates - 2  # the child's entrypoint and the part DAG
     budget_tasks = ctx.options.max_tasks
     parts: list[list[LoweredStage]] = [[]]
@@ -331,7 +331,7 @@ def part_inputs(cuts: Cuts, i: int) -> Json:
     return {"inputs": inputs} if inputs else {}
 
 
-def part_document(ctx: Context, i: int, part: list[LoweredStage], cuts: Cuts,
+def part_document(ctx: CompileContext, i: int, part: list[LoweredStage], cuts: Cuts,
                   tasks_of: dict[str, str]) -> Json:
     """The WorkflowTemplate of part ``i``: the child's entrypoint, the part DAG, then its
     stages' templates.  The child runs under the pipeline's account and pull secrets."""
@@ -359,7 +359,7 @@ def _raw(expression: str) -> str:
     return RAW_OPEN + expression + RAW_CLOSE
 
 
-def part_manifest(ctx: Context, i: int, cuts: Cuts) -> str:
+def part_manifest(ctx: CompileContext, i: int, cuts: Cuts) -> str:
     """The child Workflow of part ``i``, as JSON text with Argo expressions in it.
 
     Values that are JSON of their own (a parameter as ``toJson`` quotes it, an artifact's JSON)
@@ -388,7 +388,7 @@ def part_manifest(ctx: Context, i: int, cuts: Cuts) -> str:
     return text.replace(f'"{RAW_OPEN}', "{{=").replace(f'{RAW_CLOSE}"', "}}")
 
 
-def part_call(ctx: Context, i: int, cuts: Cuts) -> Json:
+def part_call(ctx: CompileContext, i: int, cuts: Cuts) -> Json:
     """The run's template for part ``i``: create its child Workflow, wait for its end, read the
     data its later parts need from the child's global outputs."""
     hashes = cuts.hashes_into(i)
@@ -440,7 +440,7 @@ def part_task(i: int, cuts: Cuts) -> Json:
     return entry
 
 
-def split_objects(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+def split_objects(ctx: CompileContext, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     parts = split_parts(ctx, lowered)
     if len(parts) + 1 > ctx.options.max_templates or len(parts) > ctx.options.max_tasks:
         ctx.error("P0403", f"pipeline needs {len(parts)} parts, more than Argo's "
@@ -461,7 +461,7 @@ def creates_workflows(documents: list[Json]) -> bool:
                for d in documents)
 
 
-def check_sizes(ctx: Context, documents: list[Json]) -> None:
+def check_sizes(ctx: CompileContext, documents: list[Json]) -> None:
     for doc in documents:
         size = len(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
         if size > MAX_OBJECT_BYTES:
@@ -470,7 +470,7 @@ def check_sizes(ctx: Context, documents: list[Json]) -> None:
                       "1 MiB object limit", ())
 
 
-def assemble(ctx: Context, kind: str, lowered: list[LoweredStage]) -> list[Json]:
+def assemble(ctx: CompileContext, kind: str, lowered: list[LoweredStage]) -> list[Json]:
     check_names(ctx, lowered)
     n_templates = 1 + sum(len(item.templates) for item in lowered) + len(shared_templates(lowered))
     if n_templates <= ctx.options.max_templates and len(lowered) <= ctx.options.max_tasks:

@@ -14,7 +14,7 @@ Loc = tuple[object, ...]
 
 
 @dataclass
-class Context:
+class CompileContext:
     pipeline: Pipeline
     options: CompileOptions
     profile: catalog.ClusterProfile

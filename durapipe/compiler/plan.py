@@ -93,7 +93,7 @@ def topo_order(pipeline: Pipeline) -> tuple[list[int], list[int]]:
 
 
 @dataclass(frozen=True)
-class Budgets:
+class RetryBudgets:
     """The stage's retry budgets, each one count for the whole stage: ``preemptions`` across
     its application attempts, rungs and GPU types (each task retries what is left of it),
     ``attempts`` across rungs and types."""
@@ -210,7 +210,7 @@ class StagePlan:
     has_ladder: bool
     variants: tuple[Variant, ...]
     tasks: tuple[TaskPlan, ...]
-    budgets: Budgets
+    budgets: RetryBudgets
     pod: PodShape
     #: Pipeline params the stage reads.
     params: frozenset[str]
@@ -390,7 +390,7 @@ def plan_stage(pipeline: Pipeline, index: int, *, checkpoint_grace_seconds: int)
     return StagePlan(
         stage=stage, index=index, task=task, kind=kind, rungs=rungs,
         has_ladder=len(rungs) > 1, variants=variants, tasks=tasks,
-        budgets=Budgets(rule.attempts, rule.preemptions, backoff_of(rule), rule.gpu_oom),
+        budgets=RetryBudgets(rule.attempts, rule.preemptions, backoff_of(rule), rule.gpu_oom),
         pod=pod_shape(stage, checkpoint_grace_seconds), params=params, upstream=upstream,
         cached=stage.cache is not None, rules=Rules.of(stage),
     )

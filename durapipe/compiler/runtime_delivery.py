@@ -13,7 +13,7 @@ import base64
 import functools
 from typing import Any
 
-from durapipe.compiler.context import Context
+from durapipe.compiler.context import CompileContext
 from durapipe.runtime import build_zipapp, contract
 
 Json = dict[str, Any]
@@ -31,16 +31,16 @@ def _installed_archive() -> bytes:
     return build_zipapp.archive_bytes()
 
 
-def archive(ctx: Context) -> bytes:
+def archive(ctx: CompileContext) -> bytes:
     pinned = ctx.options.runtime_archive
     return pinned if pinned is not None else _installed_archive()
 
 
-def configmap_name(ctx: Context) -> str:
+def configmap_name(ctx: CompileContext) -> str:
     return NAME_PREFIX + build_zipapp.content_hash(archive(ctx))[:HASH_CHARS]
 
 
-def volume(ctx: Context) -> Json:
+def volume(ctx: CompileContext) -> Json:
     return {"name": VOLUME, "configMap": {"name": configmap_name(ctx), "defaultMode": 0o444}}
 
 
@@ -48,7 +48,7 @@ def mount() -> Json:
     return {"name": VOLUME, "mountPath": contract.RUNTIME_INSTALL_DIR, "readOnly": True}
 
 
-def configmap(ctx: Context) -> Json:
+def configmap(ctx: CompileContext) -> Json:
     data = archive(ctx)
     if len(data) > CONFIGMAP_LIMIT:  # the runtime is ~160 KB; this guards its growth
         raise AssertionError(f"runtime zipapp is {len(data)} bytes, over the ConfigMap limit")

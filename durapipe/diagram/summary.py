@@ -21,7 +21,7 @@ MAX_DAG_TASKS = CompileOptions().max_tasks
 
 
 @dataclass(frozen=True)
-class Budgets:
+class BudgetSummary:
     """A stage's retry budgets as the compiled workflow spends them."""
 
     #: Tries after application failures: ``attempts + 1``, one DAG task each.
@@ -48,7 +48,7 @@ class Budgets:
         return self.dag.total
 
 
-def budgets(stage: Stage) -> Budgets:
+def budgets(stage: Stage) -> BudgetSummary:
     variants = plan_variants(stage, stage.name)
     rungs = stage.retry.on_oom.memory if stage.retry.on_oom is not None else ()
     # GPU types are variants of their own only when the stage falls back between them.
@@ -60,9 +60,9 @@ def budgets(stage: Stage) -> Budgets:
     rule = stage.retry
     planned = backoff_of(rule)
     backoff = (planned.seconds, planned.factor, planned.cap) if planned is not None else None
-    return Budgets(tries=rule.attempts + 1, preemptions=rule.preemptions, rungs=tuple(rungs),
-                   gpu_types=tuple(types), backoff=backoff, gpu_oom=rule.gpu_oom,
-                   dag=dag_size(stage))
+    return BudgetSummary(tries=rule.attempts + 1, preemptions=rule.preemptions,
+                         rungs=tuple(rungs), gpu_types=tuple(types), backoff=backoff,
+                         gpu_oom=rule.gpu_oom, dag=dag_size(stage))
 
 
 def budget_lines(stage: Stage) -> list[str]:

@@ -4,7 +4,7 @@ Blocks map to classes (``resources { gpu { ... } }`` -> ``Resources(gpu=Gpu(...)
 to keyword arguments, labelled blocks to a first positional argument.  Strings follow the
 ``.pipe`` rules, including ``${params.lr}`` interpolation (``f"--lr={lr}"`` produces it, since a
 param handle prints as ``${params.lr}``).  The builder produces plain data and hands it to the
-same lowering and checks as the text front end, so twin files build equal models; mistakes
+same conversion and checks as the text front end, so twin files build equal models; mistakes
 raise one :class:`PipelineError` whose diagnostics point at the caller's lines.
 
     from durapipe.dsl.builder import Pipeline, Resources
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from durapipe.dsl import diagnostics as dg
-from durapipe.dsl import lower as lw
-from durapipe.dsl.load import LoadResult, finish
+from durapipe.dsl import tree_to_data as td
+from durapipe.dsl.result import LoadResult, finish
 from durapipe.dsl.model import Pipeline as PipelineModel
 from durapipe.dsl.model import ConfigMapKey, Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, Source, SourceMap, Span
@@ -136,7 +136,7 @@ class _Section:
     """A nested block; subclasses name the ``.pipe`` block and its vocabulary."""
 
     block: str = ""
-    schema: Mapping[str, lw.Kind] = {}
+    schema: Mapping[str, td.Kind] = {}
 
     def __init__(self, **attributes: Any):
         self.attributes = attributes
@@ -145,52 +145,52 @@ class _Section:
 
 class Resources(_Section):
     block = "resources"
-    schema = lw.RESOURCES.schema
+    schema = td.RESOURCES.schema
 
 
 class Gpu(_Section):
     block = "gpu"
-    schema = _sub = lw.RESOURCES.schema["gpu"].schema  # type: ignore[union-attr]
+    schema = _sub = td.RESOURCES.schema["gpu"].schema  # type: ignore[union-attr]
 
 
 class Retry(_Section):
     block = "retry"
-    schema = lw.RETRY.schema
+    schema = td.RETRY.schema
 
 
 class OnOom(_Section):
     block = "on_oom"
-    schema = lw.RETRY.schema["on_oom"].schema  # type: ignore[union-attr]
+    schema = td.RETRY.schema["on_oom"].schema  # type: ignore[union-attr]
 
 
 class Cache(_Section):
     block = "cache"
-    schema = lw.STAGE_SCHEMA["cache"].schema  # type: ignore[union-attr]
+    schema = td.STAGE_SCHEMA["cache"].schema  # type: ignore[union-attr]
 
 
 class Checkpoint(_Section):
     block = "checkpoint"
-    schema = lw.STAGE_SCHEMA["checkpoint"].schema  # type: ignore[union-attr]
+    schema = td.STAGE_SCHEMA["checkpoint"].schema  # type: ignore[union-attr]
 
 
 class Distributed(_Section):
     block = "distributed"
-    schema = lw.STAGE_SCHEMA["distributed"].schema  # type: ignore[union-attr]
+    schema = td.STAGE_SCHEMA["distributed"].schema  # type: ignore[union-attr]
 
 
 class Volume(_Section):
     block = "volumes"
-    schema = lw.STAGE_SCHEMA["volumes"].schema  # type: ignore[union-attr]
+    schema = td.STAGE_SCHEMA["volumes"].schema  # type: ignore[union-attr]
 
 
 class Affinity(_Section):
     block = "affinity"
-    schema = lw.STAGE_SCHEMA["affinity"].schema  # type: ignore[union-attr]
+    schema = td.STAGE_SCHEMA["affinity"].schema  # type: ignore[union-attr]
 
 
 class Cluster(_Section):
     block = "cluster"
-    schema = lw.PIPELINE_SCHEMA["cluster"].schema  # type: ignore[union-attr]
+    schema = td.PIPELINE_SCHEMA["cluster"].schema  # type: ignore[union-attr]
 
 
 _PARAM_TYPES: dict[object, str] = {str: "str", int: "int", float: "float", bool: "bool",
@@ -231,7 +231,7 @@ class Pipeline:
         data: dict[str, Any] = {"name": self._name}
         conv.map_site(("name",), self._site)
         conv.map_site((), self._site)
-        data.update(conv.section(self._attributes, lw.PIPELINE_SCHEMA, (), self._site,
+        data.update(conv.section(self._attributes, td.PIPELINE_SCHEMA, (), self._site,
                                  "pipeline"))
         data["params"] = []
         for i, (entry, site) in enumerate(self._params):
@@ -241,19 +241,19 @@ class Pipeline:
         defaults_map: SourceMap = {}
         if self._defaults is not None:
             sub = _Converter(conv.diagnostics)
-            defaults = sub.section(self._defaults[0], lw.STAGE_SCHEMA, (), self._defaults[1],
-                                   "defaults", forbidden=lw.NOT_IN_DEFAULTS)
+            defaults = sub.section(self._defaults[0], td.STAGE_SCHEMA, (), self._defaults[1],
+                                   "defaults", forbidden=td.NOT_IN_DEFAULTS)
             defaults_map = sub.source_map
         stages = []
         for i, (name, attributes, site) in enumerate(self._stages):
             loc = ("stages", i)
             conv.map_site(loc, site)
-            own = conv.section(attributes, lw.STAGE_SCHEMA, loc, site, f'stage "{name}"')
+            own = conv.section(attributes, td.STAGE_SCHEMA, loc, site, f'stage "{name}"')
             for key, span in defaults_map.items():
                 conv.source_map.setdefault((*loc, *key), span)
-            merged = lw.merge_defaults(defaults, own)
+            merged = td.merge_defaults(defaults, own)
             merged["name"] = name
-            stages.append(lw.finish_stage(merged))
+            stages.append(td.finish_stage(merged))
         data["stages"] = stages
         return finish(data, conv.source_map, fallback, conv.diagnostics)
 
@@ -275,7 +275,7 @@ class _Converter:
         if span is not None:
             self.source_map[loc] = span
 
-    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, lw.Kind],
+    def section(self, attributes: Mapping[str, Any], schema: Mapping[str, td.Kind],
                 loc: tuple[Any, ...], site: _CallSite, where: str,
                 forbidden: tuple[str, ...] = ()) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -309,9 +309,9 @@ class _Converter:
             node[target[-1]] = converted
         return out
 
-    def member(self, name: str, value: Any, kind: lw.Kind,
+    def member(self, name: str, value: Any, kind: td.Kind,
                loc: tuple[Any, ...], site: _CallSite) -> Any:
-        if isinstance(kind, lw.BlockSchema):
+        if isinstance(kind, td.BlockSchema):
             if kind.flag and isinstance(value, bool):
                 return {} if value else None
             if isinstance(value, _Section):
@@ -326,14 +326,14 @@ class _Converter:
             if isinstance(value, Mapping):
                 return self.section(value, kind.schema, loc, site, f"`{name}`")
             return self.plain(value, loc)
-        if isinstance(kind, lw.Map):
+        if isinstance(kind, td.Map):
             if isinstance(value, Mapping):
                 return {str(k): self.plain(v, (*loc, str(k))) for k, v in value.items()}
             return self.plain(value, loc)
-        if isinstance(kind, lw.Blocks):
+        if isinstance(kind, td.Blocks):
             if not isinstance(value, Mapping):
                 return self.plain(value, loc)
-            return {str(k): self.member(str(k), v, lw.BlockSchema(kind.schema),
+            return {str(k): self.member(str(k), v, td.BlockSchema(kind.schema),
                                         (*loc, str(k)), site) for k, v in value.items()}
         if name == "pod_patch" and isinstance(value, Mapping):
             try:  # the text front end's JSON; finish_stage canonicalises it
@@ -343,15 +343,15 @@ class _Converter:
         if name == "script" and isinstance(value, str):
             return value  # verbatim, like a heredoc: shell `${VAR}` must survive
         plain = self.plain(value, loc)
-        if kind.convert is lw._needs:
+        if kind.convert is td._needs:
             return [n.name if isinstance(n, StageHandle) else
                     n.path[0] if isinstance(n, Ref) and len(n.path) == 1 else n
                     for n in (value if isinstance(value, (list, tuple)) else [value])]
-        if kind.convert is lw._gpu_types and isinstance(plain, list):
+        if kind.convert is td._gpu_types and isinstance(plain, list):
             return [{"type": t.partition(":")[0].strip(),
                      "count": int(t.partition(":")[2]) if t.partition(":")[2].isdigit() else None}
                     if isinstance(t, str) else t for t in plain]
-        if kind.convert is lw._schedules:
+        if kind.convert is td._schedules:
             return plain if isinstance(plain, list) else [plain]
         return plain
 

@@ -161,7 +161,7 @@ def format_file(file: st.File) -> str:
 def syntax_shape(file: st.File) -> object:
     """What a file means at the syntax level, without spans, layout or comment positions.
 
-    Two files with equal shapes lower to the same model with the same diagnostics (up to
+    Two files with equal shapes convert to the same model with the same diagnostics (up to
     source positions).  The comment texts are included, in order, so that comments are kept.
     """
     return (tuple(_shape_item(item) for item in file.items),

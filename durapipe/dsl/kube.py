@@ -11,6 +11,9 @@ is covered without being listed here.
 
 Cluster settings add tolerations (``kubectl taint`` syntax) and ``pod_patch``, checked against
 the PodSpec schema in ``podspec.json`` (``tools/gen_podspec_schema.py``).
+
+:class:`KubeChecks` turns these rules into the diagnostics (P0321, P0342-P0344, P0404) that
+``validate`` reports with the language's own.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from durapipe.dsl.model import Interp, Pipeline, Ref
-from durapipe.dsl.source import KEY
+from durapipe.dsl.diagnostics import Diagnostic, error
+from durapipe.dsl.model import Interp, Pipeline, Ref, Secret, Stage
+from durapipe.dsl.source import KEY, Span
 
 _NAME_PART_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS1123_SUBDOMAIN_RE = re.compile(
@@ -236,3 +240,176 @@ def patch_problems(text: str) -> list[PatchProblem]:
     out: list[PatchProblem] = []
     _walk_patch(value, _schema()["PodSpec"], (), out)
     return out
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+
+class KubeChecks:
+    """What the API server (or Argo) would refuse in a pipeline, as diagnostics: ``at`` places
+    a location of the model, ``add`` reports (both the validator's)."""
+
+    def __init__(self, pipeline: Pipeline, at: Callable[..., Span | None],
+                 add: Callable[[Diagnostic], None]) -> None:
+        self.p = pipeline
+        self.at = at
+        self.add = add
+
+    def templates(self) -> None:
+        """P0404 for every string that would reach Argo holding `{{`: found here, not by the
+        compiler, so `check`, `compile` and `run` refuse the same file with one diagnostic."""
+        for loc, text, before_ref in template_texts(self.p):
+            if template_problem(text, before_ref=before_ref):
+                self.add(error(
+                    "P0404", f"{text[:60]!r} contains `{{{{`, which Argo would treat as a "
+                    "template" if "{{" in text else
+                    f"{text[-60:]!r} ends in `{{` before a `${{...}}` reference, which Argo "
+                    "would read as `{{`", self.at(*loc), "Argo would substitute this",
+                    help="Argo has no escape for `{{`; build this text inside the command at "
+                         "run time, or keep it in a file in the image"))
+
+    def kubernetes_text(self) -> None:
+        """Names and labels the API server would refuse (P0321)."""
+        def bad(loc: tuple[Any, ...], what: str, text: str,
+                rule: Callable[[str], str | None]) -> None:
+            # Text holding `{{` is P0404's already: one mistake, one diagnostic.
+            problem = None if "{{" in text else rule(text)
+            if problem:
+                self.add(error("P0321", f'{what} "{text}" is not valid for Kubernetes',
+                               self.at(*loc), problem))
+
+        p = self.p
+        if p.namespace is not None:
+            bad(("namespace",), "namespace", p.namespace, dns_label_problem)
+        for name in ("storage_secret", "service_account"):
+            value = getattr(p, name, None)
+            if isinstance(value, str):
+                bad((name,), f"`{name}`", value, dns_subdomain_problem)
+        blocks: list[tuple[tuple[Any, ...], dict[str, str], bool]] = [
+            (("labels",), p.labels, True), (("annotations",), p.annotations, False)]
+        for i, stage in enumerate(p.stages):
+            blocks.append((("stages", i, "labels"), stage.labels, True))
+            blocks.append((("stages", i, "annotations"), stage.annotations, False))
+            for key, value in stage.env.items():
+                if isinstance(value, Secret):
+                    loc = ("stages", i, "env", key)
+                    bad(loc, "secret name", value.name, dns_subdomain_problem)
+                    bad(loc, "secret key", value.key, config_key_problem)
+        for loc, mapping, is_label in blocks:
+            kind = "label" if is_label else "annotation"
+            for key, value in mapping.items():
+                bad((*loc, key, KEY), f"{kind} key", key, qualified_name_problem)
+                if is_label:
+                    bad((*loc, key), "label value", value, label_value_problem)
+
+    # -- cluster settings ---------------------------------------------------------------------
+
+    def k8s_name(self, what: str, value: str, loc: tuple[Any, ...], *,
+                 label: bool = False) -> None:
+        problem = None if "{{" in value else (
+            dns_label_problem if label else dns_subdomain_problem)(value)
+        if problem:
+            self.add(error("P0321", f'{what} "{value}" is not a valid Kubernetes name',
+                           self.at(*loc), problem,
+                           help="use lower-case letters, digits and `-`"
+                           + ("" if label else " (and `.`)")))
+
+    def node_labels(self, what: str, labels: dict[str, Any], loc: tuple[Any, ...]) -> None:
+        for key, value in labels.items():
+            problem = None if "{{" in key else qualified_name_problem(key)
+            where = (*loc, key, KEY)
+            if problem is None:
+                values = value if isinstance(value, tuple) else (value,)
+                for j, item in enumerate(values):
+                    problem = None if "{{" in item else label_value_problem(item)
+                    if problem:
+                        where = (*loc, key, j) if isinstance(value, tuple) else (*loc, key)
+                        self.add(error("P0321", f'{what} value "{item}" of `{key}` is not a '
+                                       "valid label value", self.at(*where), problem,
+                                       help="at most 63 letters, digits, `-`, `_` and `.`"))
+                continue
+            self.add(error("P0321", f'{what} key "{key}" is not a valid label key',
+                           self.at(*where), problem, help='e.g. "example.com/pool" or "pool"'))
+
+    def cluster_settings(self, i: int, stage: Stage) -> None:
+        base = ("stages", i)
+        if stage.service_account is not None:
+            self.k8s_name("service account", stage.service_account, (*base, "service_account"))
+        if stage.priority_class is not None:
+            self.k8s_name("priority class", stage.priority_class, (*base, "priority_class"))
+        self.node_labels("node selector", stage.node_selector, (*base, "node_selector"))
+        if stage.affinity is not None:
+            for part in ("required", "preferred"):
+                self.node_labels("affinity", getattr(stage.affinity, part),
+                                 (*base, "affinity", part))
+        for j, text in enumerate(stage.tolerations):
+            parsed = parse_toleration(text)
+            if isinstance(parsed, str):
+                self.add(error("P0342", f'toleration "{text}" is not `key[=value][:Effect]`',
+                               self.at(*base, "tolerations", j), parsed,
+                               help='e.g. "nvidia.com/gpu:NoSchedule" or "dedicated=ml"'))
+        self.volumes(i, stage)
+        if stage.pod_patch is not None:
+            self.pod_patch(i, stage.pod_patch)
+
+    def volumes(self, i: int, stage: Stage) -> None:
+        base = ("stages", i, "volumes")
+        paths: dict[str, str] = {}
+        reserved = [*RESERVED_MOUNTS]
+        if stage.checkpoint is not None:
+            reserved.append(stage.checkpoint.path)
+        for name, volume in stage.volumes.items():
+            self.k8s_name("volume", name, (*base, name), label=True)
+            sources = [(k, v) for k, v in (("claim", volume.claim), ("secret", volume.secret),
+                                           ("config_map", volume.config_map)) if v is not None]
+            if len(sources) != 1:
+                self.add(error("P0343", f"volume `{name}` needs exactly one of `claim`, `secret` "
+                               f"and `config_map`, not {len(sources)}", self.at(*base, name),
+                               "one source per volume",
+                               help='e.g. `claim = "datasets"` for a PersistentVolumeClaim'))
+            for key, value in sources:
+                self.k8s_name(key.replace("_", " "), value, (*base, name, key))
+            path = volume.path.rstrip("/") or "/"
+            problem = None
+            if not path.startswith("/"):
+                problem = "not an absolute path"
+            elif path == "/":
+                problem = "the root directory"
+            elif path in paths:
+                problem = f"also the path of volume `{paths[path]}`"
+            else:
+                for other in reserved:
+                    if path == other or path.startswith(other + "/") or \
+                            other.startswith(path + "/"):
+                        problem = f"overlaps {other}, which the pod mounts itself"
+                        break
+            if problem:
+                self.add(error("P0343", f"volume `{name}` cannot be mounted at "
+                               f'"{volume.path}"', self.at(*base, name, "path"), problem,
+                               help='choose another absolute path, e.g. "/data"'))
+            paths.setdefault(path, name)
+
+    def pod_patch(self, i: int, text: str) -> None:
+        loc = ("stages", i, "pod_patch")
+        for problem in patch_problems(text)[:5]:
+            shown = ".".join(str(p) for p in problem.path) or "the patch"
+            span = self._key_span(self.at(*loc), problem.path)
+            self.add(error("P0344", f"`pod_patch`: {shown}: {problem.message}", span,
+                           problem.message,
+                           help="see `kubectl explain pod.spec`; the patch is JSON, merged "
+                                "into the pod spec as `kubectl patch --type strategic` would"))
+
+    @staticmethod
+    def _key_span(span: Span | None, path: tuple[str | int, ...]) -> Span | None:
+        """The bad key's own text inside the patch, when the patch is written in this file."""
+        keys = [p for p in path if isinstance(p, str)]
+        if span is None or not keys:
+            return span
+        text = span.source.text[span.start:span.end]
+        pos = 0
+        for key in keys:  # each key after the one before it: the right `name` of several
+            found = text.find(json.dumps(key), pos)
+            if found < 0:
+                return span
+            pos = found
+        return Span(span.source, span.start + pos, span.start + pos + len(json.dumps(keys[-1])))

@@ -1,48 +1,19 @@
-"""Entry points of the front end: parse, lower, validate, check; results plus diagnostics."""
+"""Entry points of the front end: parse, convert to data, validate, check; results plus
+diagnostics."""
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from durapipe.dsl import diagnostics as dg
-from durapipe.dsl import lower as lw
+from durapipe.dsl import tree_to_data as td
 from durapipe.dsl import parser, validate
 from durapipe.dsl.heap import gc_paused as gc_paused  # re-exported: the LSP pauses it too
-from durapipe.dsl.model import Pipeline
-from durapipe.dsl.source import MAX_SOURCE_BYTES, Source, SourceMap, Span
+from durapipe.dsl.result import LoadResult as LoadResult  # re-exported: durapipe.dsl's API
+from durapipe.dsl.result import finish
+from durapipe.dsl.source import MAX_SOURCE_BYTES, Source, Span
 from durapipe.dsl.syntax import File, ParamsBlock
-
-
-@dataclass
-class LoadResult:
-    pipeline: Pipeline | None
-    diagnostics: list[dg.Diagnostic]
-    source_map: SourceMap = field(default_factory=dict)
-    syntax: File | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.pipeline is not None and not dg.has_errors(self.diagnostics)
-
-
-def finish(data: dict[str, object], source_map: SourceMap, fallback: Span | None,
-           diagnostics: list[dg.Diagnostic]) -> LoadResult:
-    """Validate lowered data and run the semantic checks; shared with the builder."""
-    pipeline, errors = validate.model_from_data(data, source_map, fallback)
-    reported = diagnostics  # by parsing and lowering: what the later phases may follow from
-    diagnostics = diagnostics + validate.drop_consequences(errors, reported)
-    no_pipeline = dg.Subject("block", "pipeline")
-    if pipeline is not None and not any(d.about == no_pipeline for d in diagnostics):
-        checked = validate.check(pipeline, source_map, fallback, data)
-        diagnostics += validate.drop_consequences(checked, reported)
-    diagnostics = dg.sort_unique(diagnostics)
-    if dg.has_errors(diagnostics) or pipeline is None:
-        return LoadResult(None, diagnostics, source_map)
-    validate.mark_checked(pipeline)
-    return LoadResult(pipeline, diagnostics, source_map)
 
 
 def loads(text: str, path: str = "<input>") -> LoadResult:
@@ -66,9 +37,9 @@ def from_syntax(syntax: File | None, diagnostics: list[dg.Diagnostic]) -> LoadRe
 
 def _from_syntax(syntax: File, diagnostics: list[dg.Diagnostic]) -> LoadResult:
     source = syntax.source
-    lowered = lw.lower(syntax)
-    result = finish(lowered.data, lowered.source_map, Span(source, 0, 0),
-                    diagnostics + lowered.diagnostics)
+    converted = td.tree_to_data(syntax)
+    result = finish(converted.data, converted.source_map, Span(source, 0, 0),
+                    diagnostics + converted.diagnostics)
     result.diagnostics = validate.drop_missing_after_mistakes(result.diagnostics, [
         ("params", None, item.span) if isinstance(item, ParamsBlock)
         else (item.name, item.label.text if item.label else None, item.span)

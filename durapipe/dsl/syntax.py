@@ -1,7 +1,7 @@
 """The syntax tree of a ``.pipe`` file: what was written, with a span on every node.
 
 Values are decoded (escapes resolved, interpolation split) but not yet checked against the
-schema; that is the job of :mod:`durapipe.dsl.lower`.
+schema; that is the job of :mod:`durapipe.dsl.tree_to_data`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Plain data -> model instances, by the types written on the model's dataclasses.
 
 The model is plain frozen dataclasses (see ``model``); this module reads their annotations and
-checks and converts the lowered data into them, collecting every problem with its location
+checks and converts the plain data into them, collecting every problem with its location
 (``("stages", 2, "retry", "attempts")``, the same keys as the source map) instead of stopping
 at the first.  It understands exactly the annotations the model uses: ``str``, ``int`` and
 ``bool`` (exact: ``True`` is not a count, ``"3"`` is not a number), ``float``, ``None``,

@@ -34,7 +34,7 @@ _PARTIAL_RE = re.compile(r"[A-Za-z0-9_.\-]*\Z")
 
 
 @dataclass
-class Context:
+class CursorContext:
     kind: Literal["top", "key", "value", "param_type", "none"]
     #: The enclosing blocks from the top level: ``("stage", "resources", "gpu")``.
     path: tuple[str, ...] = ()
@@ -63,7 +63,7 @@ def _block_start(text: str, offset: int) -> int:
         end = start - 1
 
 
-def context_at(text: str, offset: int) -> Context:
+def context_at(text: str, offset: int) -> CursorContext:
     start = _block_start(text, offset)
     line_start = text.rfind("\n", 0, offset) + 1
     # A string open at the cursor: complete inside it (GPU types, `${...}` references).
@@ -170,23 +170,23 @@ def context_at(text: str, offset: int) -> Context:
             state = "key"
     if not stack:
         if in_string:
-            return Context("none")
-        return Context("top" if state == "key" else "none", prefix=word)
+            return CursorContext("none")
+        return CursorContext("top" if state == "key" else "none", prefix=word)
     if stack[-1] == "params":
         if state == "param_type":
-            return Context("param_type", ("params",), prefix=word)
+            return CursorContext("param_type", ("params",), prefix=word)
         if state == "param_value":
-            return Context("value", ("params",), prefix=word, in_string=in_string,
+            return CursorContext("value", ("params",), prefix=word, in_string=in_string,
                            in_interpolation=in_interp)
-        return Context("none", ("params",))
+        return CursorContext("none", ("params",))
     path = tuple(stack)
     if state == "value":
-        return Context("value", path, attribute, word, in_string, in_interp, stage=stage)
+        return CursorContext("value", path, attribute, word, in_string, in_interp, stage=stage)
     if in_string:
-        return Context("none", path)
+        return CursorContext("none", path)
     if state in ("key", "after_value"):
-        return Context("key", path, prefix=word, present=present[-1])
-    return Context("none", path)
+        return CursorContext("key", path, prefix=word, present=present[-1])
+    return CursorContext("none", path)
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def complete(text: str, offset: int, analysis: Analysis | None) -> list[Item]:
     return []
 
 
-def _values(ctx: Context, analysis: Analysis | None) -> list[Item]:
+def _values(ctx: CursorContext, analysis: Analysis | None) -> list[Item]:
     entry = vocab.lookup((*ctx.path, ctx.attribute)) if ctx.attribute else None
     quote = "" if ctx.in_string else '"'
     if ctx.in_string and not ctx.in_interpolation:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from durapipe import grammars
-from durapipe.dsl import lower as lw
+from durapipe.dsl import tree_to_data as td
 from durapipe.dsl import model, units
 from durapipe.dsl.typecheck import Bounds, Convert, MinItems
 
@@ -181,7 +181,7 @@ def _resolve(cls: type, target: tuple[str, ...]) -> tuple[type, str, Any] | None
     return None
 
 
-def _entries(schema: dict[str, lw.Kind], cls: type,
+def _entries(schema: dict[str, td.Kind], cls: type,
              prefix: tuple[str, ...], skip: tuple[str, ...] = ()) -> dict[str, Entry]:
     docs = _field_docs()
     out: dict[str, Entry] = {}
@@ -196,15 +196,15 @@ def _entries(schema: dict[str, lw.Kind], cls: type,
         owner, field_name, annotation = found
         base, markers, _ = _unwrap(annotation)
         doc = docs.get((owner.__name__, field_name), "")
-        if isinstance(kind, lw.BlockSchema):
+        if isinstance(kind, td.BlockSchema):
             block_cls = typing.cast(type, base)
             class_doc = inspect.cleandoc(block_cls.__doc__ or "")
             out[name] = Entry(name, path, "block", doc=doc or class_doc.split("\n\n")[0],
                               flag=kind.flag,
                               children=_entries(kind.schema, block_cls, path))
-        elif isinstance(kind, lw.Map):
+        elif isinstance(kind, td.Map):
             out[name] = Entry(name, path, "map", doc=doc, type_text="`key = value` pairs")
-        elif isinstance(kind, lw.Blocks):
+        elif isinstance(kind, td.Blocks):
             out[name] = Entry(name, path, "map", doc=doc, type_text="named blocks")
         else:
             text, unit, choices, boolean = _describe(base, markers)
@@ -221,14 +221,14 @@ def blocks() -> dict[str, Entry]:
         "pipeline": Entry("pipeline", ("pipeline",), "block",
                           doc=inspect.cleandoc(model.Pipeline.__doc__ or "") or
                           "The pipeline: name, namespace, storage, cluster profile.",
-                          children=_entries(lw.PIPELINE_SCHEMA, model.Pipeline, ("pipeline",))),
+                          children=_entries(td.PIPELINE_SCHEMA, model.Pipeline, ("pipeline",))),
         "stage": Entry("stage", ("stage",), "block", doc="One step of the pipeline: a pod.",
-                       children=_entries(lw.STAGE_SCHEMA, model.Stage, ("stage",))),
+                       children=_entries(td.STAGE_SCHEMA, model.Stage, ("stage",))),
         "defaults": Entry("defaults", ("defaults",), "block",
                           doc="Settings every stage starts from; a stage's own settings win "
                               "(blocks merge key by key).",
-                          children=_entries(lw.STAGE_SCHEMA, model.Stage, ("defaults",),
-                                            skip=lw.NOT_IN_DEFAULTS)),
+                          children=_entries(td.STAGE_SCHEMA, model.Stage, ("defaults",),
+                                            skip=td.NOT_IN_DEFAULTS)),
         "params": Entry("params", ("params",), "block",
                         doc=inspect.cleandoc(model.Param.__doc__ or "")),
     }

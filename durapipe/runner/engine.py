@@ -51,9 +51,10 @@ from durapipe.runner.records import (
     write_json_atomic,
 )
 from durapipe.runtime import contract
-from durapipe.runtime.checkpoint import decode_manifest, list_commits, manifest_key
+from durapipe.runtime.manifest import decode_manifest, manifest_key
+from durapipe.runtime.restore import list_commits
 from durapipe.runtime.store import StoreError, open_store
-from durapipe.runtime.wrapper import parse_verdict_line
+from durapipe.runtime.verdict import parse_verdict_line
 
 DEFAULT_GRACE_SECONDS = 10.0
 

@@ -6,7 +6,8 @@ framework integrations are imported when first used.  The public names are loade
 - :func:`context` / :class:`RuntimeContext`: the stage's identity, ``checkpoint`` and the
   ``stop_requested()`` flag and ``wait_for_stop()`` (:mod:`durapipe.runtime.sdk`);
 - :class:`Checkpoint`, :func:`latest_checkpoint` (:mod:`durapipe.runtime.checkpoint`);
-- :func:`run_attempt`, :func:`classify` (:mod:`durapipe.runtime.wrapper`);
+- :func:`run_attempt` (:mod:`durapipe.runtime.wrapper`), :func:`classify`
+  (:mod:`durapipe.runtime.verdict`);
 - :func:`cache_key` (:mod:`durapipe.runtime.cachekey`), :func:`hash_path`
   (:mod:`durapipe.runtime.hashing`).
 """
@@ -25,7 +26,7 @@ _LAZY = {
     "CheckpointError": "durapipe.runtime.checkpoint",
     "latest_checkpoint": "durapipe.runtime.checkpoint",
     "run_attempt": "durapipe.runtime.wrapper",
-    "classify": "durapipe.runtime.wrapper",
+    "classify": "durapipe.runtime.verdict",
     "AttemptResult": "durapipe.runtime.wrapper",
     "cache_key": "durapipe.runtime.cachekey",
     "hash_path": "durapipe.runtime.hashing",

@@ -26,18 +26,9 @@ from types import FrameType
 from typing import Any
 
 from durapipe.runtime import contract
-from durapipe.runtime.checkpoint import (
-    DEFAULT_KEEP,
-    GRACE_MARGIN,
-    RETRY_DIR,
-    Backoff,
-    Committer,
-    attempt_request,
-    grace_from_env,
-    pending_requests,
-    settle,
-    write_result,
-)
+from durapipe.runtime.commit import DEFAULT_KEEP, Committer, UploadBackoff, attempt_request
+from durapipe.runtime.deadline import GRACE_MARGIN, grace_from_env
+from durapipe.runtime.spool import RETRY_DIR, pending_requests, settle, write_result
 from durapipe.runtime.podstatus import record_pod_status
 from durapipe.runtime.store import Store, StoreError, open_store, store_client
 
@@ -61,7 +52,7 @@ class UploadAgent:
         self.stopping = threading.Event()
         #: Monotonic time by which the agent must have exited (set once stopping).
         self.deadline: float | None = None
-        self.backoff = Backoff()
+        self.backoff = UploadBackoff()
 
     def _deadline_passed(self) -> bool:
         if self.deadline is None and self.stopping.is_set():

@@ -11,11 +11,15 @@ refused when it is staged, not discovered when it is needed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from durapipe.runtime.hashing import TreeEntry, hash_bytes
 
 MANIFEST_FORMAT = "durapipe-checkpoint/1"
 KIND_BYTES, KIND_FILE, KIND_DIR = "bytes", "file", "dir"
@@ -154,3 +158,77 @@ def check_saved_path(relative: str, source: Path, restore_dir: Path | None) -> N
                 f"{incoming_dir(restore_dir)} ({prefix + size} bytes, over PATH_MAX); "
                 "use a shorter checkpoint path or shorter names"
             )
+
+
+# -- the line's layout and the manifest codec ------------------------------------------------
+
+MANIFEST_DIR = "manifests"
+BLOB_DIR = "blobs"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed checkpoint."""
+
+    seq: int
+    kind: str
+    metadata: dict[str, Any]
+    uploaded_bytes: int = 0
+    reused_bytes: int = 0
+    #: Blobs found missing or corrupt before reuse, and uploaded again for this commit.
+    repaired: tuple[str, ...] = ()
+
+
+def manifest_key(seq: int) -> str:
+    return f"{MANIFEST_DIR}/{seq:012d}.json"
+
+
+def blob_key(digest: str) -> str:
+    return f"{BLOB_DIR}/{digest.replace(':', '-')}"
+
+
+def seq_of(key: str) -> int | None:
+    name = key.rsplit("/", 1)[-1]
+    stem = name[: -len(".json")] if name.endswith(".json") else ""
+    return int(stem) if stem.isdigit() else None
+
+
+def encode_manifest(body: Mapping[str, Any]) -> bytes:
+    """Manifest bytes carrying a checksum over everything else, so a torn write is detected."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    checksum = hash_bytes(canonical.encode(), "sha256")
+    return json.dumps({"checksum": checksum, "body": body}, sort_keys=True).encode()
+
+
+def decode_manifest(data: bytes) -> dict[str, Any]:
+    """The manifest body, or ``ValueError`` when the bytes are not an intact, well-formed
+    manifest (see :mod:`durapipe.runtime.manifest`)."""
+    outer = json.loads(data)
+    if not isinstance(outer, dict) or not isinstance(outer.get("body"), dict):
+        raise ValueError("not a manifest")  # noqa: TRY004 (callers treat ValueError as torn)
+    body: dict[str, Any] = outer["body"]
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    if hash_bytes(canonical.encode(), "sha256") != outer.get("checksum"):
+        raise ValueError("manifest checksum mismatch")
+    # Whole is not the same as well-formed: the checksum does not say who wrote it.
+    check_body(body)
+    return body
+
+
+def entry_to_json(
+    entry: TreeEntry, mtime_ns: int | None = None, stored: str | None = None
+) -> dict[str, Any]:
+    encoded: dict[str, Any] = {
+        "path": entry.path,
+        "kind": entry.kind,
+        "executable": entry.executable,
+        "size": entry.size,
+        "digest": entry.digest,
+    }
+    if mtime_ns is not None:
+        # Not part of the content identity; restored so "newest file" lookups still work.
+        encoded["mtime_ns"] = mtime_ns
+    if stored is not None:
+        # The store's fingerprint of the verified blob, compared before the blob is reused.
+        encoded["stored"] = stored
+    return encoded

@@ -25,7 +25,7 @@ from typing import IO
 from urllib.parse import quote, urlparse
 
 from durapipe.runtime.hashing import new_hasher
-from durapipe.runtime.store import (
+from durapipe.runtime.storebase import (
     AlreadyExists,
     CorruptObject,
     NotFound,

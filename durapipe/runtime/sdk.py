@@ -28,8 +28,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from durapipe.runtime import checkpoint, contract
-from durapipe.runtime.checkpoint import Checkpoint, grace_from_env, note_stop_signal
+from durapipe.runtime import contract
+from durapipe.runtime.checkpoint import Checkpoint
+from durapipe.runtime.deadline import grace_from_env, note_stop_signal
+# Re-exported: the SDK's failure record is the wrapper's verdict input (docs/runtime.md).
+from durapipe.runtime.verdict import is_gpu_oom as is_gpu_oom
+from durapipe.runtime.verdict import record_failure as record_failure
 
 _stop_flag = threading.Event()
 _handler_lock = threading.Lock()
@@ -100,46 +104,6 @@ def memory_pressure() -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def is_gpu_oom(error: BaseException) -> bool:
-    """Whether ``error`` (or an exception in its chain) is an accelerator out-of-memory error."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        name = type(current).__name__
-        text = str(current)
-        if name == "OutOfMemoryError" and "torch" in type(current).__module__:
-            return True
-        if "CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text:
-            return True
-        if name in ("XlaRuntimeError", "JaxRuntimeError") and "RESOURCE_EXHAUSTED" in text:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def record_failure(error: BaseException) -> None:
-    """Write the failure record the wrapper reads to classify this attempt."""
-    target = _control_file(contract.CONTROL_FAILURE_FILE)
-    if target is None:
-        return
-    if is_gpu_oom(error):
-        verdict = contract.VERDICT_GPU_OOM
-    elif isinstance(error, MemoryError):
-        verdict = contract.VERDICT_HOST_OOM
-    else:
-        verdict = contract.VERDICT_APP_FAILURE
-    record = {
-        "verdict": verdict,
-        "exception": f"{type(error).__module__}.{type(error).__qualname__}",
-        "message": str(error)[:500],
-    }
-    try:
-        target.write_text(json.dumps(record))
-    except OSError:
-        pass
 
 
 _previous_excepthook = sys.excepthook

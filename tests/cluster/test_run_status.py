@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from durapipe.cluster import run_status
-from durapipe.cluster.run_status import Budget, MalformedWorkflow, interpret, verdict_of
+from durapipe.cluster.run_status import BudgetUse, MalformedWorkflow, interpret, verdict_of
 from durapipe.runtime import contract
 from tests.cluster.hostile import CONTROL, HOSTILE, RECORDED_OBJECTS, mutated_workflows
 from tests.cluster.record_workflows import cases, load_recorded, run_case
@@ -29,9 +29,9 @@ def test_the_oom_ladder_climbs_then_an_application_failure_retries_on_the_top_ru
     assert [(a.memory, a.rung, a.attempt, a.verdict) for a in s.attempts] == [
         ("256Gi", 0, 0, "host_oom"), ("512Gi", 1, 1, "host_oom"),
         ("1Ti", 2, 2, "app_failure"), ("1Ti", 2, 3, "success")]
-    assert s.oom == Budget(2, 2) and s.rungs == 3
-    assert s.failures == Budget(1, 3)
-    assert s.preemptions == Budget(0, 3)
+    assert s.oom == BudgetUse(2, 2) and s.rungs == 3
+    assert s.failures == BudgetUse(1, 3)
+    assert s.preemptions == BudgetUse(0, 3)
     assert (s.phase, s.rung, s.memory, s.cache_hit) == ("Succeeded", 2, "1Ti", False)
     # The runtime's verdict line, as Argo copied it from the termination message.
     assert s.attempts[2].reason == "exit code 1" and s.attempts[2].exit_code == "1"
@@ -41,7 +41,7 @@ def test_spot_reclaims_spend_the_preemption_budget_not_attempts() -> None:
     s = stage(interpret(load_recorded("spot-preemptions")), "train")
     assert [a.verdict for a in s.attempts] == ["preempted", "preempted", "app_failure",
                                                "success"]
-    assert s.preemptions == Budget(2, 10) and s.failures == Budget(1, 3)
+    assert s.preemptions == BudgetUse(2, 10) and s.failures == BudgetUse(1, 3)
     # One count for the stage: the attempt after the application failure is the fourth.
     assert [a.attempt for a in s.attempts] == [0, 1, 2, 3]
     assert s.gpu_type == "A10G" and s.memory == "64Gi"
@@ -61,7 +61,7 @@ def test_a_resubmission_hits_the_cache_of_the_stages_that_succeeded() -> None:
     assert first.phase == "Failed"
     assert [(s.stage, s.phase, s.cache_hit) for s in first.stages] == [
         ("prep", "Succeeded", False), ("train", "Succeeded", False), ("eval", "Failed", False)]
-    assert stage(first, "eval").failures == Budget(2, 2)
+    assert stage(first, "eval").failures == BudgetUse(2, 2)
     second = interpret(load_recorded("cache-hit", 1))
     assert [(s.stage, s.phase, s.cache_hit, len(s.attempts)) for s in second.stages] == [
         ("prep", "Succeeded", True, 0), ("train", "Succeeded", True, 0),
@@ -142,7 +142,7 @@ def test_an_exhausted_ladder_says_why_the_stage_ended() -> None:
     s = stage(report, "build-features")
     # The exhausted marker's pod is no attempt; its message is the stage's.
     assert [a.verdict for a in s.attempts] == ["host_oom"] * 3
-    assert (s.phase, s.oom, s.memory) == ("Failed", Budget(3, 2), "1Ti")
+    assert (s.phase, s.oom, s.memory) == ("Failed", BudgetUse(3, 2), "1Ti")
     assert "ran out of memory at every size of its OOM ladder" in s.message
     assert "build-features: main: Error (exit code 1): durapipe: stage build-features ran out" \
         in run_status.render(report)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from durapipe.dsl import builder as b
-from durapipe.dsl import lower as lw
+from durapipe.dsl import tree_to_data as td
 from durapipe.dsl.diagnostics import PipelineError
 from tests.vocabulary import schema_paths
 
@@ -36,7 +36,7 @@ _SECTIONS: dict[str, Any] = {
 }
 
 
-PATHS = [path for path, _ in schema_paths(lw.STAGE_SCHEMA)]
+PATHS = [path for path, _ in schema_paths(td.STAGE_SCHEMA)]
 
 
 def _stage_attributes(path: tuple[str, ...], value: Any) -> dict[str, Any]:

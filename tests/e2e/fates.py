@@ -19,7 +19,7 @@ is, by rules a scenario gives per stage (``durapipe.dev/stage`` label):
 - otherwise the pod succeeds, exit 0.
 
 The termination message of ``main`` is the verdict line the runtime's wrapper writes
-(``durapipe.runtime.wrapper.verdict_line``). Then, as Argo's wait container would, it writes the
+(``durapipe.runtime.verdict.verdict_line``). Then, as Argo's wait container would, it writes the
 pod's ``WorkflowTaskResult`` (named after the pod's node id, owned by the Workflow, labelled
 ``report-outputs-completed: "true"``) with the output parameters and artifacts the template
 (``ARGO_TEMPLATE``) declares: a parameter read from a path gets a content hash of what the pod
@@ -68,7 +68,7 @@ from kubernetes import client, config, watch  # type: ignore[import-untyped]
 from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
 
 from durapipe.runtime import contract
-from durapipe.runtime.wrapper import verdict_line
+from durapipe.runtime.verdict import verdict_line
 
 WF_LABEL = "workflows.argoproj.io/workflow"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"

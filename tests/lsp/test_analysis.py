@@ -37,12 +37,12 @@ def test_every_fix_removes_its_diagnostic() -> None:
 
 
 def test_the_vocabulary_is_the_lowering_tables() -> None:
-    from durapipe.dsl import lower as lw
+    from durapipe.dsl import tree_to_data as td
 
-    assert set(vocab.blocks()["stage"].children) == set(lw.STAGE_SCHEMA)
-    assert set(vocab.blocks()["defaults"].children) == set(lw.STAGE_SCHEMA) - set(
-        lw.NOT_IN_DEFAULTS)
-    assert set(vocab.blocks()["pipeline"].children) == set(lw.PIPELINE_SCHEMA)
+    assert set(vocab.blocks()["stage"].children) == set(td.STAGE_SCHEMA)
+    assert set(vocab.blocks()["defaults"].children) == set(td.STAGE_SCHEMA) - set(
+        td.NOT_IN_DEFAULTS)
+    assert set(vocab.blocks()["pipeline"].children) == set(td.PIPELINE_SCHEMA)
     assert vocab.top_level_keywords() == ("pipeline", "stage", "defaults", "params")
     retry = vocab.lookup(("stage", "retry", "gpu_oom"))
     assert retry is not None and retry.choices == ("fail", "retry")

@@ -26,12 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from durapipe.runtime.checkpoint import (
-    MANIFEST_DIR,
-    CheckpointError,
-    pending_requests,
-    restore_newest,
-)
+from durapipe.runtime.checkpoint import CheckpointError, restore_newest
+from durapipe.runtime.manifest import MANIFEST_DIR
+from durapipe.runtime.spool import pending_requests
 from durapipe.runtime.store import Store, open_store
 
 ZYGOTE = Path(__file__).with_name("fault_zygote.py")

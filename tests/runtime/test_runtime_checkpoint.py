@@ -18,15 +18,12 @@ import pytest
 
 from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import (
-    BLOB_DIR,
-    MANIFEST_DIR,
     Checkpoint,
     CheckpointError,
-    blob_key,
     latest_checkpoint,
-    manifest_key,
     restore_newest,
 )
+from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR, blob_key, manifest_key
 from durapipe.runtime.hashing import hash_tree
 from durapipe.runtime.store import (
     PART_SIZE,

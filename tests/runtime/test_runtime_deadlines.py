@@ -23,7 +23,9 @@ import pytest
 
 from durapipe.runtime import checkpoint as cp
 from durapipe.runtime import contract
-from durapipe.runtime.wrapper import parse_verdict_line, run_attempt
+from durapipe.runtime.deadline import GRACE_MARGIN, RUNNING_BOUND_FACTOR
+from durapipe.runtime.verdict import parse_verdict_line
+from durapipe.runtime.wrapper import run_attempt
 from tests.runtime.conftest import S3_CREDENTIALS
 from tests.runtime.faults import SilentServer
 from tests.runtime.runtime_helpers import child_env, runtime_cmd
@@ -100,7 +102,7 @@ def test_a_checkpoint_refuses_a_grace_period_that_is_not_positive_and_finite(
 
 #: 60 grace periods: a 6 s bound on a wait before any stop request.
 SHORT_GRACE = 0.1
-BOUND = cp.RUNNING_BOUND_FACTOR * SHORT_GRACE
+BOUND = RUNNING_BOUND_FACTOR * SHORT_GRACE
 #: After a stop request: the grace period less GRACE_MARGIN (3 s here).
 STOP_GRACE = 5.0
 #: What a wait may overrun its deadline by on a loaded 2-core machine (polling, thread start).
@@ -170,7 +172,7 @@ def test_a_stop_during_a_restore_ends_it_by_the_stop_deadline(
     request_stop_in(control, 1.0)
     elapsed, outcome = timed(checkpoint.load, 30)
     assert isinstance(outcome, cp.CheckpointDeadlineExceeded), outcome
-    stop_deadline = 1.0 + STOP_GRACE - cp.GRACE_MARGIN
+    stop_deadline = 1.0 + STOP_GRACE - GRACE_MARGIN
     assert stop_deadline - 0.5 <= elapsed < stop_deadline + SLACK
 
 
@@ -189,7 +191,7 @@ def test_a_stop_during_a_wait_ends_it_by_the_stop_deadline(
     with contextlib.suppress(cp.CheckpointError):
         checkpoint.close()  # the upload thread stops retrying
     assert isinstance(outcome, cp.CheckpointDeadlineExceeded), outcome
-    stop_deadline = 1.0 + STOP_GRACE - cp.GRACE_MARGIN
+    stop_deadline = 1.0 + STOP_GRACE - GRACE_MARGIN
     assert stop_deadline - 0.5 <= elapsed < stop_deadline + SLACK
 
 

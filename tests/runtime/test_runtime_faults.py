@@ -19,13 +19,8 @@ from typing import Any
 
 import pytest
 
-from durapipe.runtime.checkpoint import (
-    MANIFEST_DIR,
-    CheckpointError,
-    Committer,
-    restore_newest,
-    stage,
-)
+from durapipe.runtime.checkpoint import CheckpointError, Committer, restore_newest, stage
+from durapipe.runtime.manifest import MANIFEST_DIR
 from durapipe.runtime.store import LocalStore, Store, StoreError, TransientStoreError
 from tests.runtime.crash import child_env as crash_child_env
 from tests.runtime.crash import run_kills

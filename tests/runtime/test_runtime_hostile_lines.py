@@ -18,15 +18,13 @@ from typing import Any
 import pytest
 
 from durapipe.runtime import contract
-from durapipe.runtime.checkpoint import (
+from durapipe.runtime.checkpoint import Checkpoint, CheckpointError, restore_newest
+from durapipe.runtime.manifest import (
     MANIFEST_DIR,
-    Checkpoint,
-    CheckpointError,
     blob_key,
     decode_manifest,
     encode_manifest,
     manifest_key,
-    restore_newest,
 )
 from durapipe.runtime.manifest import MAX_RELATIVE_PATH_BYTES
 from durapipe.runtime.store import (

@@ -21,13 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durapipe.runtime.checkpoint import (
-    Checkpoint,
-    decode_manifest,
-    encode_manifest,
-    manifest_key,
-    restore_newest,
-)
+from durapipe.runtime.checkpoint import Checkpoint, restore_newest
+from durapipe.runtime.manifest import decode_manifest, encode_manifest, manifest_key
 from durapipe.runtime.hashing import default_algorithm, hash_bytes, hash_tree
 from durapipe.runtime.manifest import MANIFEST_FORMAT
 from durapipe.runtime.store import LocalStore

@@ -20,7 +20,7 @@ import pytest
 
 from durapipe.runtime import contract
 from durapipe.runtime.cgroup import MemoryCgroup, find_memory_cgroup
-from durapipe.runtime.wrapper import parse_verdict_line
+from durapipe.runtime.verdict import parse_verdict_line
 from tests.runtime.runtime_helpers import child_env, runtime_cmd
 
 LIMIT = 96 * 1024 * 1024

@@ -11,7 +11,7 @@ from pathlib import Path
 from durapipe.runtime import contract
 from durapipe.runtime.build_zipapp import build
 from durapipe.runtime.hashing import hash_path
-from durapipe.runtime.wrapper import parse_verdict_line
+from durapipe.runtime.verdict import parse_verdict_line
 from tests.runtime.runtime_helpers import REPO_ROOT, child_env
 
 

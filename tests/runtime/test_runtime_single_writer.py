@@ -14,18 +14,15 @@ from typing import Any
 
 import pytest
 
-from durapipe.runtime import checkpoint as checkpoint_module
+from durapipe.runtime import commit as commit_module
 from durapipe.runtime.checkpoint import (
-    BLOB_DIR,
-    MANIFEST_DIR,
     CheckpointError,
     Committer,
     LineTakenOver,
-    blob_key,
-    decode_manifest,
     restore_newest,
     stage,
 )
+from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR, blob_key, decode_manifest
 from durapipe.runtime.store import LocalStore, Store, open_store
 from tests.runtime.test_runtime_hostile_lines import make_state, new_checkpoint, restored_step
 
@@ -216,7 +213,7 @@ def test_a_blob_no_manifest_references_is_collected_once_older_than_the_grace(
     local.put_bytes(leftover, b"uploaded by a writer killed before its manifest")
     committer.commit(_staged(tmp_path, 2, b"two"))
     assert local.size(leftover) is not None  # young: it may be a commit still uploading
-    monkeypatch.setattr(checkpoint_module, "UNREFERENCED_BLOB_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(commit_module, "UNREFERENCED_BLOB_GRACE_SECONDS", 0.0)
     committer.commit(_staged(tmp_path, 3, b"three"))
     assert local.size(leftover) is None
     assert_no_manifest_dangles(local)

@@ -22,6 +22,9 @@ import pytest
 from durapipe.runtime import agent as agent_module
 from durapipe.runtime import contract
 from durapipe.runtime import checkpoint as cp
+from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR
+from durapipe.runtime.restore import list_commits
+from durapipe.runtime.spool import STAGED_FILES, pending_requests
 from durapipe.runtime.store import LocalStore, Store, StoreError, open_store
 from tests.runtime.faults import FaultProxy, OutageStore, is_blob_get, is_blob_put, small_tmpfs
 
@@ -117,8 +120,8 @@ def test_a_save_that_fills_the_disk_fails_and_leaves_the_store_as_it_was(
 
 def test_temporaries_a_killed_writer_left_are_swept_by_the_next_commit(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
-    (store.root / cp.BLOB_DIR).mkdir(parents=True)
-    stale, live = store.root / cp.BLOB_DIR / ".tmp-dead", store.root / cp.BLOB_DIR / ".tmp-live"
+    (store.root / BLOB_DIR).mkdir(parents=True)
+    stale, live = store.root / BLOB_DIR / ".tmp-dead", store.root / BLOB_DIR / ".tmp-live"
     stale.write_bytes(b"x" * 1000)
     live.write_bytes(b"y")
     old = time.time() - 3600
@@ -137,7 +140,7 @@ def test_a_corrupt_deduplicated_blob_is_detected_before_reuse_uploaded_again_and
     checkpoint = cp.Checkpoint(store_uri, path=tmp_path / "w", store=store, keep=3)
     state = make_state(tmp_path / "state", 1)
     checkpoint.save_sync(state, metadata={"step": 1})
-    [frozen_key] = [k for k in store.list(cp.BLOB_DIR) if store.get_bytes(k) == FROZEN]
+    [frozen_key] = [k for k in store.list(BLOB_DIR) if store.get_bytes(k) == FROZEN]
     # A same-size bit flip in the blob every later save shares.
     damaged = bytearray(FROZEN)
     damaged[1000] ^= 0x01
@@ -154,14 +157,14 @@ def test_a_corrupt_staged_file_is_never_committed(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     spool = tmp_path / "spool"
     request = cp.stage(make_state(tmp_path / "state", 1), spool)
-    staged = request / cp.STAGED_FILES / "frozen.bin"
+    staged = request / STAGED_FILES / "frozen.bin"
     data = bytearray(staged.read_bytes())
     data[7] ^= 0x40
     staged.write_bytes(bytes(data))
     os.link(staged, tmp_path / "second-name")  # forces a copy, which is hashed on the way
     with pytest.raises((cp.CheckpointError, StoreError), match="frozen.bin"):
         cp.Committer(store).commit(request)
-    assert cp.list_commits(store) == []
+    assert list_commits(store) == []
 
 
 def test_bits_flipped_on_the_way_down_are_downloaded_again_not_a_fallback(
@@ -192,7 +195,7 @@ def test_a_state_handed_to_an_agent_killed_mid_commit_is_committed_by_the_next_o
 
     class DiesBeforeTheManifest(LocalStore):
         def put_bytes(self, key: str, data: bytes, *, create_only: bool = False) -> None:
-            if key.startswith(cp.MANIFEST_DIR):
+            if key.startswith(MANIFEST_DIR):
                 raise Killed
             super().put_bytes(key, data, create_only=create_only)
 
@@ -201,7 +204,7 @@ def test_a_state_handed_to_an_agent_killed_mid_commit_is_committed_by_the_next_o
     first = agent_module.UploadAgent(spool, DiesBeforeTheManifest(tmp_path / "store"))
     with pytest.raises(Killed):
         first.drain_once()
-    assert cp.list_commits(store) == []
+    assert list_commits(store) == []
     restarted = agent_module.UploadAgent(spool, store)
     restarted.drain_once()
     assert [h.wait(timeout=30).seq for h in handles] == [1, 1]
@@ -242,7 +245,7 @@ def test_the_agent_reports_what_it_could_not_commit_by_its_deadline(tmp_path: Pa
     with pytest.raises(cp.CheckpointError, match="deadline.*injected outage"):
         handle.wait(timeout=5)
     # Still staged: a restarted agent could commit it.
-    assert cp.pending_requests(spool)
+    assert pending_requests(spool)
 
 
 def stop_requested_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace: float) -> None:
@@ -317,10 +320,10 @@ def test_the_agent_stops_at_its_deadline_while_the_store_never_answers(
 def test_a_stale_partial_staging_does_not_hold_the_agent(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     partial = spool / "pending" / "00000000000000000001-999999-000000.partial"
-    (partial / cp.STAGED_FILES).mkdir(parents=True)
-    (partial / cp.STAGED_FILES / "half.bin").write_bytes(b"x" * 1000)
+    (partial / STAGED_FILES).mkdir(parents=True)
+    (partial / STAGED_FILES / "half.bin").write_bytes(b"x" * 1000)
     old = time.time() - 120
-    for path in (partial / cp.STAGED_FILES / "half.bin", partial / cp.STAGED_FILES, partial):
+    for path in (partial / STAGED_FILES / "half.bin", partial / STAGED_FILES, partial):
         os.utime(path, (old, old))
     uploader = agent_module.UploadAgent(spool, LocalStore(tmp_path / "store"), grace_seconds=30)
     uploader.stopping.set()
@@ -328,7 +331,7 @@ def test_a_stale_partial_staging_does_not_hold_the_agent(tmp_path: Path) -> None
     finished, _ = in_thread(lambda: uploader.run(poll_seconds=0.05), 40)
     assert finished and time.monotonic() - started < 5.0
     # One still being written does hold it (until it goes quiet).
-    (partial / cp.STAGED_FILES / "half.bin").write_bytes(b"x" * 2000)
+    (partial / STAGED_FILES / "half.bin").write_bytes(b"x" * 2000)
     assert agent_module._trainer_may_still_save(spool)
 
 

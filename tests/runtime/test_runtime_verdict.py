@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from durapipe.runtime import contract
-from durapipe.runtime.wrapper import parse_verdict_line, verdict_line
+from durapipe.runtime.verdict import parse_verdict_line, verdict_line
 from tests.runtime.runtime_helpers import child_env, runtime_cmd
 
 LIMIT = contract.TERMINATION_MESSAGE_LIMIT

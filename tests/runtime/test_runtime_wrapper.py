@@ -15,13 +15,8 @@ import pytest
 from durapipe.runtime import contract
 from durapipe.runtime.cgroup import MemoryCgroup
 from durapipe.runtime.hashing import hash_path
-from durapipe.runtime.wrapper import (
-    Attempt,
-    classify,
-    parse_verdict_line,
-    run_attempt,
-    verdict_line,
-)
+from durapipe.runtime.verdict import classify, parse_verdict_line, verdict_line
+from durapipe.runtime.wrapper import Supervisor, run_attempt
 from tests.runtime.runtime_helpers import EXAMPLES, child_env, runtime_cmd
 
 
@@ -281,7 +276,7 @@ def test_a_stop_after_the_command_ended_leaves_its_verdict_alone(
 ) -> None:
     # A SIGTERM that reaches the wrapper while it reports a finished command (a node drain a
     # moment too late): turning a success into a preemption would run the stage again.
-    attempt = Attempt([sys.executable, "-c", code], env=child_env(),
+    attempt = Supervisor([sys.executable, "-c", code], env=child_env(),
                       termination_log=tmp_path / "log", memory_cgroup=False)
     attempt.start()
     assert attempt.pid is not None and _exited_unreaped(attempt.pid)
@@ -293,7 +288,7 @@ def test_a_stop_after_the_command_ended_leaves_its_verdict_alone(
 
 
 def test_a_stop_while_the_command_runs_is_a_preemption(tmp_path: Path) -> None:
-    attempt = Attempt([sys.executable, "-c", "import time; time.sleep(60)"], env=child_env(),
+    attempt = Supervisor([sys.executable, "-c", "import time; time.sleep(60)"], env=child_env(),
                       termination_log=tmp_path / "log", memory_cgroup=False)
     attempt.start()
     attempt.request_stop()
@@ -329,7 +324,7 @@ def test_memory_near_the_limit_is_announced_to_the_stage(tmp_path: Path) -> None
     )
     output = tmp_path / "out"
     with open(output, "wb") as sink:
-        attempt = Attempt(
+        attempt = Supervisor(
             [sys.executable, "-c", code],
             env=child_env(),
             termination_log=tmp_path / "log",

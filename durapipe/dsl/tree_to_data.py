@@ -24,7 +24,7 @@ from durapipe.dsl.typecheck import Loc
 class Attr:
     """An attribute; ``convert`` adapts the plain value before the model sees it."""
 
-    convert: Callable[[Any, st.Value, Lowering, Loc], Any] | None = None
+    convert: Callable[[Any, st.Value, TreeData, Loc], Any] | None = None
     #: The field name in the model, when it differs from the attribute name.
     target: tuple[str, ...] | None = None
 
@@ -56,7 +56,7 @@ class Blocks:
 Kind = Attr | BlockSchema | Map | Blocks
 
 
-def _needs(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+def _needs(value: Any, node: st.Value, result: TreeData, loc: Loc) -> Any:
     if not isinstance(node, st.ListValue):
         return value
     names = []
@@ -65,14 +65,14 @@ def _needs(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
             names.append(item.path[0])
         else:
             text = item if isinstance(item, str) else None
-            lowering.diagnostics.append(error(
+            result.diagnostics.append(error(
                 "P0203", "`needs` lists stage names, written bare", item_node.span,
                 "not a bare stage name",
                 help=f"write `{text}` without quotes" if text else "write `needs = [prep]`"))
     return names
 
 
-def _gpu_types(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+def _gpu_types(value: Any, node: st.Value, result: TreeData, loc: Loc) -> Any:
     if not isinstance(value, list):
         return value
     out: list[Any] = []
@@ -80,7 +80,7 @@ def _gpu_types(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
         if isinstance(item, str):
             name, sep, count = item.partition(":")
             if sep and not count.isdigit():
-                lowering.diagnostics.append(error(
+                result.diagnostics.append(error(
                     "P0203", f"`{item}` is not `TYPE` or `TYPE:COUNT`", item_node.span,
                     "expected e.g. \"A100:16\""))
                 continue
@@ -90,7 +90,7 @@ def _gpu_types(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
     return out
 
 
-def _schedules(value: Any, node: st.Value, lowering: Lowering, loc: Loc) -> Any:
+def _schedules(value: Any, node: st.Value, result: TreeData, loc: Loc) -> Any:
     """One string or a list of them (schedules, tolerations, image pull secrets)."""
     return value if isinstance(value, list) else [value]
 
@@ -137,7 +137,7 @@ PIPELINE_SCHEMA: dict[str, Kind] = {
 
 
 @dataclass
-class Lowering:
+class TreeData:
     """The result: data for ``typecheck.build(Pipeline, ...)``, its source map, diagnostics."""
 
     data: dict[str, Any] = field(default_factory=dict)
@@ -306,7 +306,7 @@ def _set_path(target: dict[str, Any], path: tuple[str, ...], value: Any) -> None
 
 
 def copy_containers(value: Any) -> Any:
-    """A copy of the dicts and lists of lowered data; the values inside are shared.
+    """A copy of the dicts and lists of converted data; the values inside are shared.
 
     Not ``copy.deepcopy``: the values are immutable or, from the builder, anything at all (a
     generator passed by mistake cannot be copied, and must still get its diagnostic)."""
@@ -363,8 +363,8 @@ def finish_stage(stage: dict[str, Any]) -> dict[str, Any]:
     return stage
 
 
-def lower(file: st.File) -> Lowering:
-    low = Lowering()
+def tree_to_data(file: st.File) -> TreeData:
+    low = TreeData()
     source = file.source
     pipelines = [i for i in file.items if isinstance(i, st.Block) and i.name == "pipeline"]
     params_blocks = [i for i in file.items if isinstance(i, st.ParamsBlock)]
@@ -411,7 +411,7 @@ def lower(file: st.File) -> Lowering:
     defaults: dict[str, Any] = {}
     defaults_map: SourceMap = {}
     if defaults_blocks:
-        sub = Lowering(diagnostics=low.diagnostics)
+        sub = TreeData(diagnostics=low.diagnostics)
         defaults = sub.members(defaults_blocks[0], STAGE_SCHEMA, (), forbidden=NOT_IN_DEFAULTS)
         defaults_map = sub.source_map
 
