@@ -261,7 +261,7 @@ class Runner:
                 record.reason = f"succeeded in {self.resumed.run_id}"
                 self._event("reused", record, record.reason)
                 return
-        key = self._cache_key(stage)
+        key = self._cache_key(self.plans[stage.name])
         if key:
             record.cache_key = key
             hit = self._cache_lookup(stage, key)
@@ -558,20 +558,18 @@ class Runner:
 
     # -- caching --------------------------------------------------------------------------
 
-    def _cache_key(self, stage: Stage) -> str:
-        """The key the compiled workflow's memoization computes, from the same functions.
+    def _cache_key(self, plan: StagePlan) -> str:
+        """The key the compiled workflow's memoization computes, from the same functions and
+        the same reads (``plan.params``, ``plan.upstream``: what the Argo lowering's
+        ``memoize`` names), not a second walk over the stage's references.
         A param enters as the value Argo would hold for the program to get the text this run
         passes: kubelet-escaped, as the compiled defaults are (``argo_workflow.arguments``)."""
-        if stage.cache is None:
+        if not plan.cached:
             return ""
-        params = {r.path[1]: kubelet_literal(self.params[r.path[1]])
-                  for r in stage.references() if r.is_param}
-        upstream = {}
-        for ref in stage.references():
-            if ref.is_output:
-                upstream[f"{ref.path[0]}.{ref.path[2]}"] = \
-                    self.record.stages[ref.path[0]].output_hashes.get(ref.path[2], "")
-        return memo.runtime_key(cache_static(stage), params, upstream)
+        params = {name: kubelet_literal(self.params[name]) for name in sorted(plan.params)}
+        upstream = {f"{stage}.{output}": self.record.stages[stage].output_hashes.get(output, "")
+                    for stage, output in plan.upstream}
+        return memo.runtime_key(cache_static(plan.stage), params, upstream)
 
     def _cache_dir(self, stage: Stage, key: str) -> Path | None:
         if not self.store_root.startswith("file://"):
