@@ -9,10 +9,8 @@ gets.  The wrapper's one-line verdict (its termination log) decides what happens
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from durapipe.compiler.plan import (
 from durapipe.dsl import units
 from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.plan import machine
+from durapipe.runner.cache import Hit, open_cache
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
     SUCCESSFUL,
@@ -108,6 +107,7 @@ class Runner:
         self.listener = listener or (lambda _event, _stage, _text: None)
         self.params = self._resolve_params(options.params)
         self.store_root = self._store_root(options.store)
+        self.cache = open_cache(self.store_root, pipeline.name)
         self.cgroups = CgroupFactory()
         self.resumed = self._load_resume(options.resume)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -266,7 +266,8 @@ class Runner:
             record.cache_key = key
             hit = self._cache_lookup(stage, key)
             if hit is not None:
-                record.status, record.outputs, record.output_hashes = "cached", hit[0], hit[1]
+                record.status, record.outputs = "cached", hit.outputs
+                record.output_hashes = hit.output_hashes
                 record.reason = f"cache hit {key[:12]}"
                 self._event("cached", record, record.reason)
                 return
@@ -571,49 +572,27 @@ class Runner:
                     for stage, output in plan.upstream}
         return memo.runtime_key(cache_static(plan.stage), params, upstream)
 
-    def _cache_dir(self, stage: Stage, key: str) -> Path | None:
-        if not self.store_root.startswith("file://"):
-            return None
-        return Path(self.store_root[len("file://"):]) / self.pipeline.name / "cache" / \
-            stage.name / key
-
-    def _cache_lookup(self, stage: Stage, key: str) -> tuple[dict[str, str], dict[str, str]] | None:
-        entry_dir = self._cache_dir(stage, key)
-        if entry_dir is None or not (entry_dir / "entry.json").is_file():
-            return None
-        entry = json.loads((entry_dir / "entry.json").read_text(encoding="utf-8"))
+    def _cache_lookup(self, stage: Stage, key: str) -> Hit | None:
+        """A store that cannot be read is a miss, said once: the stage runs as uncached."""
         assert stage.cache is not None
-        if stage.cache.max_age is not None and time.time() - entry["created"] > stage.cache.max_age:
+        try:
+            return self.cache.lookup(stage.name, key, sorted(stage.outputs),
+                                     stage.cache.max_age,
+                                     self.run_dir / stage.name / "outputs")
+        except (StoreError, OSError, KeyError, TypeError, ValueError) as exc:
+            self._cache_unavailable(stage, "read", exc)
             return None
-        outputs = {name: str(entry_dir / "outputs" / name) for name in stage.outputs}
-        if not all(Path(p).exists() for p in outputs.values()):
-            return None
-        return outputs, dict(entry["output_hashes"])
 
     def _cache_store(self, stage: Stage, key: str, record: StageRecord) -> None:
-        """Copy the outputs into the store and commit the entry with one rename."""
-        entry_dir = self._cache_dir(stage, key)
-        if entry_dir is None:
-            return
-        staging = entry_dir.parent / f".{key}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            (staging / "outputs").mkdir(parents=True)
-            for name, path in record.outputs.items():
-                source = Path(path)
-                target = staging / "outputs" / name
-                if source.is_dir():
-                    shutil.copytree(source, target, symlinks=True)
-                elif source.exists():
-                    shutil.copy2(source, target)
-            write_json_atomic(staging / "entry.json", {
-                "created": time.time(), "run": self.run_id,
-                "output_hashes": record.output_hashes})
-            if entry_dir.exists():
-                shutil.rmtree(entry_dir)
-            os.replace(staging, entry_dir)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+            self.cache.save(stage.name, key, record.outputs, record.output_hashes, self.run_id)
+        except (StoreError, OSError) as exc:
+            self._cache_unavailable(stage, "write", exc)
+
+    def _cache_unavailable(self, stage: Stage, what: str, exc: Exception) -> None:
+        self.listener("warn", self.record.stages[stage.name],
+                      f"cannot {what} the cache in {self.store_root} ({exc}); "
+                      "the stage runs as if uncached")
 
     def _read_hashes(self, stage_dir: Path, number: int) -> dict[str, str]:
         hash_dir = stage_dir / f"attempt-{number}" / "output-hashes"
