@@ -321,34 +321,59 @@ class Runner:
         number = run.attempt
         attempt_dir = stage_dir / f"attempt-{number}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        termination_log = attempt_dir / "termination-log"
-        hash_dir = attempt_dir / "output-hashes"
         log_path = attempt_dir / "log"
         variant = self._variant(plan, run)
         memory = variant.memory
-        checkpoint_local = attempt_dir / "checkpoint"
-        site = Site(
-            run_id=self.run_id,
-            attempt=str(number),
-            outputs=outputs,
-            output_hash_dir=str(hash_dir), termination_log=str(termination_log),
-            inputs=self._declared_inputs(stage), store_uri=self.store_root,
-            checkpoint_uri=self._checkpoint_uri(stage), checkpoint_path=str(checkpoint_local),
-            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+        site = self._site(stage, number, attempt_dir, outputs)
         env = self._env(plan, variant, site, outputs)
-        argv = self._argv(stage, outputs, checkpoint_local)
+        argv = self._argv(stage, outputs, Path(site.checkpoint_path))
         for path in outputs.values():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        wrapper = [sys.executable, "-S", "-m", "durapipe.runtime", "exec",
-                   "--grace-seconds", str(self.options.grace_seconds),
-                   "--termination-log", str(termination_log),
-                   "--output-hash-dir", str(hash_dir), "--", *argv]
         cgroup: AttemptCgroup | None = None
         if memory is not None:
             cgroup = self.cgroups.create(f"{self.run_id}/{stage.name}-{number}", memory)
         resumed_from = self._latest_checkpoint(stage)
         fault = self._fault_for(stage)
         started = time.monotonic()
+        process = self._supervise(stage, self._wrapper(site, argv), env, cgroup, fault, log_path)
+        seconds = time.monotonic() - started
+        verdict, message = self._judge(process, Path(site.termination_log), cgroup)
+        if cgroup is not None:
+            cgroup.remove()
+        return AttemptRecord(
+            number=number, rung=run.rung,
+            memory=units.format_bytes(memory) if memory is not None else "",
+            verdict=verdict, exit_code=process.returncode, seconds=round(seconds, 3),
+            message=message, resumed_from=resumed_from, log=str(log_path),
+            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "",
+            tail="" if verdict == contract.VERDICT_SUCCESS else _tail(log_path))
+
+    def _site(self, stage: Stage, number: int, attempt_dir: Path,
+              outputs: dict[str, str]) -> Site:
+        """Where this attempt's contract points: its own directory under the run."""
+        return Site(
+            run_id=self.run_id,
+            attempt=str(number),
+            outputs=outputs,
+            output_hash_dir=str(attempt_dir / "output-hashes"),
+            termination_log=str(attempt_dir / "termination-log"),
+            inputs=self._declared_inputs(stage), store_uri=self.store_root,
+            checkpoint_uri=self._checkpoint_uri(stage),
+            checkpoint_path=str(attempt_dir / "checkpoint"),
+            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+
+    def _wrapper(self, site: Site, argv: list[str]) -> list[str]:
+        """The command under the runtime wrapper, as the pod runs it."""
+        return [sys.executable, "-S", "-m", "durapipe.runtime", "exec",
+                "--grace-seconds", str(self.options.grace_seconds),
+                "--termination-log", site.termination_log,
+                "--output-hash-dir", site.output_hash_dir, "--", *argv]
+
+    def _supervise(self, stage: Stage, wrapper: list[str], env: dict[str, str],
+                   cgroup: AttemptCgroup | None, fault: Fault | None,
+                   log_path: Path) -> subprocess.Popen[bytes]:
+        """Start the attempt, arm its faults and timeout, wait for it, then kill whatever it
+        left behind; the process comes back ended."""
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 wrapper, env=env, cwd=self._cwd(stage), stdout=log, stderr=subprocess.STDOUT,
@@ -357,32 +382,25 @@ class Runner:
             with self._lock:
                 self._running[stage.name] = process
             timers = self._arm(process, stage, fault, cgroup, log_path)
-            returncode = process.wait()
+            process.wait()
             for timer in list(timers):
                 timer.cancel()
             with self._lock:
                 self._running.pop(stage.name, None)
         _kill_tree(process.pid, cgroup)
-        seconds = time.monotonic() - started
-        verdict, details = self._verdict(termination_log, returncode, cgroup)
-        message = ""
+        return process
+
+    def _judge(self, process: subprocess.Popen[bytes], termination_log: Path,
+               cgroup: AttemptCgroup | None) -> tuple[str, str]:
+        """The attempt's verdict and what the report says about it."""
+        verdict, details = self._verdict(termination_log, process.returncode, cgroup)
         if getattr(process, "durapipe_timed_out", False):
             # On the cluster the kubelet stops the pod at its activeDeadlineSeconds with SIGTERM:
             # the machine's timeout transition, whatever the wrapper made of the signal.
-            verdict = machine.TIMEOUT
-        elif getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
-            verdict, message = contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
-        elif details.get("reason"):
-            message = str(details["reason"])
-        if cgroup is not None:
-            cgroup.remove()
-        return AttemptRecord(
-            number=number, rung=run.rung,
-            memory=units.format_bytes(memory) if memory is not None else "",
-            verdict=verdict, exit_code=returncode, seconds=round(seconds, 3), message=message,
-            resumed_from=resumed_from, log=str(log_path),
-            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "",
-            tail="" if verdict == contract.VERDICT_SUCCESS else _tail(log_path))
+            return machine.TIMEOUT, ""
+        if getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
+            return contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
+        return verdict, str(details["reason"]) if details.get("reason") else ""
 
     def _verdict(self, termination_log: Path, returncode: int,
                  cgroup: AttemptCgroup | None) -> tuple[str, dict[str, object]]:
