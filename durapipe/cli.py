@@ -19,6 +19,7 @@ from durapipe.files import write_atomic
 
 if TYPE_CHECKING:
     from durapipe.dsl.diagnostics import Diagnostic
+    from durapipe.dsl.load import LoadResult
     from durapipe.dsl.model import Pipeline
     from durapipe.dsl.source import SourceMap
 
@@ -29,25 +30,37 @@ def _color(stream: object) -> bool:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from durapipe.dsl import diagnostics as dg
-    from durapipe.dsl import load_path
 
     everything: list[dg.Diagnostic] = []
     for path in args.files:
-        loaded = load_path(path)
-        everything += loaded.diagnostics
-        if loaded.pipeline is not None and loaded.ok:
-            everything += _lowering_errors(path, loaded.pipeline, loaded.source_map)
-    if not args.warnings:
-        shown = [d for d in everything if d.is_error]
-    else:
-        shown = everything
-    if args.format == "json":
+        everything += _diagnose(path)[1]
+    return _report(everything, len(args.files), args.format, args.warnings)
+
+
+def _diagnose(path: str) -> tuple[LoadResult, list[Diagnostic]]:
+    """Everything ``check`` says about one file: the front end's diagnostics, then, for a file
+    it accepts, what the lowering refuses.  ``run`` asks the same, so it refuses what ``check``
+    and ``compile`` refuse."""
+    from durapipe.dsl import load_path
+
+    loaded = load_path(path)
+    found = list(loaded.diagnostics)
+    if loaded.pipeline is not None and loaded.ok:
+        found += _lowering_errors(path, loaded.pipeline, loaded.source_map)
+    return loaded, found
+
+
+def _report(everything: list[Diagnostic], files: int, fmt: str, warnings: bool) -> int:
+    """Print diagnostics and the ``N errors in M files`` line; the exit code of ``check``."""
+    from durapipe.dsl import diagnostics as dg
+
+    shown = everything if warnings else [d for d in everything if d.is_error]
+    if fmt == "json":
         print(dg.render(shown, "json"))
     elif shown:
-        print(dg.render(shown, args.format, _color(sys.stderr)), file=sys.stderr)
+        print(dg.render(shown, fmt, _color(sys.stderr)), file=sys.stderr)
     errors = sum(d.is_error for d in everything)
-    if args.format != "json":
-        files = len(args.files)
+    if fmt != "json":
         summary = (f"{errors} error{'s' * (errors != 1)} in {files} file{'s' * (files != 1)}"
                    if errors else f"{files} file{'s' * (files != 1)} ok")
         print(("\n" if shown else "") + summary, file=sys.stderr)
@@ -129,7 +142,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from durapipe.runner import cli as runner_cli
 
-    return runner_cli.run(args)
+    # The runner imports no Argo lowering, so the lowering's checks are asked here, above both
+    # executors: a file `check` refuses is refused with the same words, and nothing starts.
+    loaded, found = _diagnose(args.file)
+    if loaded.pipeline is None or any(d.is_error for d in found):
+        return _report(found, 1, "human", warnings=True)
+    return runner_cli.run(args, loaded.pipeline)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

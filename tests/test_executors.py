@@ -8,17 +8,19 @@ after each attempt, or runs the stage for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from durapipe.compiler import CompileOptions, argo_retry, compile_pipeline
-from durapipe.compiler.plan import StagePlan, plan_pipeline
-from durapipe.dsl import units
-from durapipe.dsl.model import OnOom, Pipeline, Retry
+from durapipe.compiler import CompileOptions, argo_retry, compile_pipeline, memo, naming
+from durapipe.compiler.plan import StagePlan, cache_static, plan_pipeline
+from durapipe.dsl import load_path, units
+from durapipe.dsl.model import Cache, Distributed, OnOom, Pipeline, Retry
 from durapipe.plan import machine
 from durapipe.runner.engine import Runner, RunOptions
 from durapipe.runtime import contract
@@ -178,3 +180,80 @@ def test_the_contract_environment_is_the_same_both_ways(tmp_path: Path) -> None:
     for name in sorted(set(pod) - site):
         assert local[name] == pod[name], name
     assert json.loads(local["DURAPIPE_INPUTS"])["data"] == record.stages["prep"].outputs["d"]
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.pipe"))
+_PARAM_READ = re.compile(r"'([^']+)': workflow\.parameters\['([^']+)'\]")
+_UPSTREAM_READ = re.compile(r"'([^']+)': inputs\.parameters\['[^']+'\]")
+_STATIC = re.compile(r"'static': '([0-9a-f]{64})'")
+
+
+def cached_everywhere(p: Pipeline) -> Pipeline:
+    """The pipeline with a cache on every stage, so every stage has a key on both sides."""
+    return dataclasses.replace(p, stages=tuple(
+        dataclasses.replace(s, cache=s.cache or Cache()) for s in p.stages))
+
+
+def argo_keys(p: Pipeline, fake_hash: dict[str, str]) -> dict[str, str]:
+    """Each stage's memoization key as Argo's controller would evaluate it: the compiled
+    expression's own reads, given the workflow's parameter values and upstream hashes."""
+    result = compile_pipeline(p, CompileOptions())
+    assert result.ok, [d.message for d in result.diagnostics]
+    keys: dict[str, set[str]] = {}
+    for doc in result.documents:
+        held = {a["name"]: a["value"] for a in doc["spec"].get("arguments", {}).get(
+            "parameters", [])}
+        for t in doc["spec"]["templates"]:
+            if "memoize" not in t:
+                continue
+            expression = t["memoize"]["key"]
+            (static,) = _STATIC.findall(expression)
+            params = {name: held[ref] for name, ref in _PARAM_READ.findall(expression)}
+            upstream = {name: fake_hash[name] for name in _UPSTREAM_READ.findall(expression)}
+            stage_name = t.get("metadata", {}).get("labels", {}).get(
+                "durapipe.dev/stage") or next(
+                s.name for s in p.stages if naming.task_name(s.name) == t["name"])
+            keys.setdefault(stage_name, set()).add(memo.runtime_key(static, params, upstream))
+    assert all(len(k) == 1 for k in keys.values()), keys
+    return {name: k.pop() for name, k in keys.items()}
+
+
+def runner_keys(p: Pipeline, tmp_path: Path, fake_hash: dict[str, str]) -> dict[str, str]:
+    runner = Runner(p, str(tmp_path / "p.pipe"), RunOptions(home=tmp_path / ".durapipe"))
+    for name, digest in fake_hash.items():
+        stage_name, _, output = name.partition(".")
+        runner.record.stages[stage_name].output_hashes[output] = digest
+    return {s.name: runner._cache_key(runner.plans[s.name]) for s in p.stages}
+
+
+def fake_hashes(p: Pipeline) -> dict[str, str]:
+    return {f"{s.name}.{o}": f"sha256-of-{s.name}-{o}" for s in p.stages for o in s.outputs}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_cache_keys_are_the_same_both_ways_for_every_example(path: Path, tmp_path: Path) -> None:
+    loaded = load_path(path)
+    assert loaded.pipeline is not None
+    p = cached_everywhere(loaded.pipeline)
+    hashes = fake_hashes(p)
+    argo = argo_keys(p, hashes)
+    assert set(argo) == {s.name for s in p.stages}
+    assert runner_keys(p, tmp_path, hashes) == argo
+
+
+def test_the_runners_key_reads_what_the_plan_reads_on_a_multi_node_stage(tmp_path: Path) -> None:
+    """A multi-node stage's `inputs` are not among the plan's reads (its pods are JobSet's,
+    which Argo's artifacts do not reach, so the lowering's key has no upstream); the runner's
+    key, which walked `Stage.references()`, counted them."""
+    p = pipeline(
+        stage("prep", outputs={"d": "/out/d"}),
+        stage(inputs={"data": Ref(path=("prep", "outputs", "d"))},
+              distributed=Distributed(replicas=2), cache=Cache()),
+        storage="s3://bucket/demo",
+    )
+    (plan,) = [sp for sp in plan_pipeline(p, checkpoint_grace_seconds=0).stages
+               if sp.stage.name == "train"]
+    assert plan.upstream == () and plan.params == frozenset()
+    hashes = fake_hashes(p)
+    expected = memo.runtime_key(cache_static(plan.stage), {}, {})
+    assert runner_keys(p, tmp_path, hashes)["train"] == expected

@@ -246,3 +246,23 @@ def test_the_plan_reads_the_model_and_the_runtime_contract_only() -> None:
     assert runtime_parts <= {"contract"}
     assert "plan" in _durapipe_parts(_imports("compiler"))
     assert "plan" in _durapipe_parts(_imports("runner"))
+
+
+#: The longest a function of the compiler or the runner may be (the house rule).
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_compiler_or_runner_function_is_over_60_lines() -> None:
+    """A function's lines from its `def` to its last line, nested functions included in the
+    one that holds them (and counted again on their own)."""
+    too_long = []
+    for part in ("compiler", "runner"):
+        for path in sorted((PACKAGE / part).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    assert node.end_lineno is not None
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > MAX_FUNCTION_LINES:
+                        where = path.relative_to(PACKAGE.parent).as_posix()
+                        too_long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    assert not too_long, "split these: " + "; ".join(too_long)

@@ -7,6 +7,12 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from durapipe.dsl.model import Pipeline
+    from durapipe.runner.engine import Runner, RunOptions
+    from durapipe.runner.records import RunRecord
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,38 +43,18 @@ def add_runs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", default=".durapipe", help="run records and logs")
 
 
-def run(args: argparse.Namespace) -> int:
-    from durapipe.dsl import diagnostics as dg
-    from durapipe.dsl import load_path
-    from durapipe.dsl.arguments import parse_assignments
-    from durapipe.runner.engine import Fault, RunError, Runner, RunOptions
+def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    """Run ``pipeline``, which ``durapipe check`` accepts (the caller asked it)."""
+    from durapipe.runner.engine import RunError, Runner
     from durapipe.runner.view import View, summary
 
-    result = load_path(args.file)
-    if result.pipeline is None:
-        print(dg.render(result.diagnostics), file=sys.stderr)
-        return 1
-    params = parse_assignments(args.param)
-    if isinstance(params, str):
-        print(f"durapipe run: {params}", file=sys.stderr)
+    options = _options(args, {s.name for s in pipeline.stages})
+    if isinstance(options, str):
+        print(f"durapipe run: {options}", file=sys.stderr)
         return 2
-    try:
-        faults = [Fault.parse("preempt", f) for f in args.preempt] + \
-                 [Fault.parse("kill", f) for f in args.kill]
-    except ValueError as exc:
-        print(f"durapipe run: {exc}", file=sys.stderr)
-        return 2
-    stage_names = {s.name for s in result.pipeline.stages}
-    for fault in faults:
-        if fault.stage not in stage_names:
-            print(f"durapipe run: no stage {fault.stage!r} to {fault.kind}", file=sys.stderr)
-            return 2
-    options = RunOptions(params=params, jobs=args.jobs, home=Path(args.home), store=args.store,
-                         faults=faults, chaos_seed=args.chaos, chaos_max=args.chaos_max,
-                         resume=args.resume, grace_seconds=args.grace_seconds)
     view = View(live=False if args.plain else None)
     try:
-        runner = Runner(result.pipeline, args.file, options, view)
+        runner = Runner(pipeline, args.file, options, view)
     except RunError as exc:
         print(f"durapipe run: {exc}", file=sys.stderr)
         return 2
@@ -77,7 +63,37 @@ def run(args: argparse.Namespace) -> int:
     if not runner.cgroups.available:
         print(f"warning: {runner.cgroups.reason}", file=sys.stderr)
     view.attach(runner.record)
+    try:
+        record = _run_interruptible(runner)
+    finally:
+        view.close()
+    print(summary(record), file=sys.stderr)
+    return {"succeeded": 0, "interrupted": 130}.get(record.status, 1)
 
+
+def _options(args: argparse.Namespace, stage_names: set[str]) -> RunOptions | str:
+    """The run's options from the command line, or what is wrong with them."""
+    from durapipe.dsl.arguments import parse_assignments
+    from durapipe.runner.engine import Fault, RunOptions
+
+    params = parse_assignments(args.param)
+    if isinstance(params, str):
+        return params
+    try:
+        faults = [Fault.parse("preempt", f) for f in args.preempt] + \
+                 [Fault.parse("kill", f) for f in args.kill]
+    except ValueError as exc:
+        return str(exc)
+    for fault in faults:
+        if fault.stage not in stage_names:
+            return f"no stage {fault.stage!r} to {fault.kind}"
+    return RunOptions(params=params, jobs=args.jobs, home=Path(args.home), store=args.store,
+                      faults=faults, chaos_seed=args.chaos, chaos_max=args.chaos_max,
+                      resume=args.resume, grace_seconds=args.grace_seconds)
+
+
+def _run_interruptible(runner: Runner) -> RunRecord:
+    """Run with Ctrl-C stopping cleanly: running stages get their grace period."""
     def on_interrupt(_signum: int, _frame: FrameType | None) -> None:
         print("\ninterrupted: stopping stages (they get their grace period to checkpoint)",
               file=sys.stderr)
@@ -85,12 +101,9 @@ def run(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        record = runner.run()
+        return runner.run()
     finally:
         signal.signal(signal.SIGINT, previous)
-        view.close()
-    print(summary(record), file=sys.stderr)
-    return {"succeeded": 0, "interrupted": 130}.get(record.status, 1)
 
 
 def runs(args: argparse.Namespace) -> int:

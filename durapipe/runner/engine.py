@@ -9,10 +9,8 @@ gets.  The wrapper's one-line verdict (its termination log) decides what happens
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from durapipe.compiler.plan import (
 from durapipe.dsl import units
 from durapipe.dsl.model import ConfigMapKey, Interp, Pipeline, Ref, Secret, Stage, Text
 from durapipe.plan import machine
+from durapipe.runner.cache import Hit, open_cache
 from durapipe.runner.cgroups import AttemptCgroup, CgroupFactory
 from durapipe.runner.records import (
     SUCCESSFUL,
@@ -109,6 +108,7 @@ class Runner:
         self.listener = listener or (lambda _event, _stage, _text: None)
         self.params = self._resolve_params(options.params)
         self.store_root = self._store_root(options.store)
+        self.cache = open_cache(self.store_root, pipeline.name)
         self.cgroups = CgroupFactory()
         self.resumed = self._load_resume(options.resume)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -262,12 +262,13 @@ class Runner:
                 record.reason = f"succeeded in {self.resumed.run_id}"
                 self._event("reused", record, record.reason)
                 return
-        key = self._cache_key(stage)
+        key = self._cache_key(self.plans[stage.name])
         if key:
             record.cache_key = key
             hit = self._cache_lookup(stage, key)
             if hit is not None:
-                record.status, record.outputs, record.output_hashes = "cached", hit[0], hit[1]
+                record.status, record.outputs = "cached", hit.outputs
+                record.output_hashes = hit.output_hashes
                 record.reason = f"cache hit {key[:12]}"
                 self._event("cached", record, record.reason)
                 return
@@ -321,34 +322,59 @@ class Runner:
         number = run.attempt
         attempt_dir = stage_dir / f"attempt-{number}"
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        termination_log = attempt_dir / "termination-log"
-        hash_dir = attempt_dir / "output-hashes"
         log_path = attempt_dir / "log"
         variant = self._variant(plan, run)
         memory = variant.memory
-        checkpoint_local = attempt_dir / "checkpoint"
-        site = Site(
-            run_id=self.run_id,
-            attempt=str(number),
-            outputs=outputs,
-            output_hash_dir=str(hash_dir), termination_log=str(termination_log),
-            inputs=self._declared_inputs(stage), store_uri=self.store_root,
-            checkpoint_uri=self._checkpoint_uri(stage), checkpoint_path=str(checkpoint_local),
-            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+        site = self._site(stage, number, attempt_dir, outputs)
         env = self._env(plan, variant, site, outputs)
-        argv = self._argv(stage, outputs, checkpoint_local)
+        argv = self._argv(stage, outputs, Path(site.checkpoint_path))
         for path in outputs.values():
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        wrapper = [sys.executable, "-S", "-m", "durapipe.runtime", "exec",
-                   "--grace-seconds", str(self.options.grace_seconds),
-                   "--termination-log", str(termination_log),
-                   "--output-hash-dir", str(hash_dir), "--", *argv]
         cgroup: AttemptCgroup | None = None
         if memory is not None:
             cgroup = self.cgroups.create(f"{self.run_id}/{stage.name}-{number}", memory)
         resumed_from = self._latest_checkpoint(stage)
         fault = self._fault_for(stage)
         started = time.monotonic()
+        process = self._supervise(stage, self._wrapper(site, argv), env, cgroup, fault, log_path)
+        seconds = time.monotonic() - started
+        verdict, message = self._judge(process, Path(site.termination_log), cgroup)
+        if cgroup is not None:
+            cgroup.remove()
+        return AttemptRecord(
+            number=number, rung=run.rung,
+            memory=units.format_bytes(memory) if memory is not None else "",
+            verdict=verdict, exit_code=process.returncode, seconds=round(seconds, 3),
+            message=message, resumed_from=resumed_from, log=str(log_path),
+            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "",
+            tail="" if verdict == contract.VERDICT_SUCCESS else _tail(log_path))
+
+    def _site(self, stage: Stage, number: int, attempt_dir: Path,
+              outputs: dict[str, str]) -> Site:
+        """Where this attempt's contract points: its own directory under the run."""
+        return Site(
+            run_id=self.run_id,
+            attempt=str(number),
+            outputs=outputs,
+            output_hash_dir=str(attempt_dir / "output-hashes"),
+            termination_log=str(attempt_dir / "termination-log"),
+            inputs=self._declared_inputs(stage), store_uri=self.store_root,
+            checkpoint_uri=self._checkpoint_uri(stage),
+            checkpoint_path=str(attempt_dir / "checkpoint"),
+            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+
+    def _wrapper(self, site: Site, argv: list[str]) -> list[str]:
+        """The command under the runtime wrapper, as the pod runs it."""
+        return [sys.executable, "-S", "-m", "durapipe.runtime", "exec",
+                "--grace-seconds", str(self.options.grace_seconds),
+                "--termination-log", site.termination_log,
+                "--output-hash-dir", site.output_hash_dir, "--", *argv]
+
+    def _supervise(self, stage: Stage, wrapper: list[str], env: dict[str, str],
+                   cgroup: AttemptCgroup | None, fault: Fault | None,
+                   log_path: Path) -> subprocess.Popen[bytes]:
+        """Start the attempt, arm its faults and timeout, wait for it, then kill whatever it
+        left behind; the process comes back ended."""
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 wrapper, env=env, cwd=self._cwd(stage), stdout=log, stderr=subprocess.STDOUT,
@@ -357,32 +383,25 @@ class Runner:
             with self._lock:
                 self._running[stage.name] = process
             timers = self._arm(process, stage, fault, cgroup, log_path)
-            returncode = process.wait()
+            process.wait()
             for timer in list(timers):
                 timer.cancel()
             with self._lock:
                 self._running.pop(stage.name, None)
         _kill_tree(process.pid, cgroup)
-        seconds = time.monotonic() - started
-        verdict, details = self._verdict(termination_log, returncode, cgroup)
-        message = ""
+        return process
+
+    def _judge(self, process: subprocess.Popen[bytes], termination_log: Path,
+               cgroup: AttemptCgroup | None) -> tuple[str, str]:
+        """The attempt's verdict and what the report says about it."""
+        verdict, details = self._verdict(termination_log, process.returncode, cgroup)
         if getattr(process, "durapipe_timed_out", False):
             # On the cluster the kubelet stops the pod at its activeDeadlineSeconds with SIGTERM:
             # the machine's timeout transition, whatever the wrapper made of the signal.
-            verdict = machine.TIMEOUT
-        elif getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
-            verdict, message = contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
-        elif details.get("reason"):
-            message = str(details["reason"])
-        if cgroup is not None:
-            cgroup.remove()
-        return AttemptRecord(
-            number=number, rung=run.rung,
-            memory=units.format_bytes(memory) if memory is not None else "",
-            verdict=verdict, exit_code=returncode, seconds=round(seconds, 3), message=message,
-            resumed_from=resumed_from, log=str(log_path),
-            fault=f"{fault.kind}@{fault.seconds:g}s" if fault else "",
-            tail="" if verdict == contract.VERDICT_SUCCESS else _tail(log_path))
+            return machine.TIMEOUT, ""
+        if getattr(process, "durapipe_deleted", False) and verdict != contract.VERDICT_SUCCESS:
+            return contract.VERDICT_PREEMPTED, "the pod was deleted (--kill)"
+        return verdict, str(details["reason"]) if details.get("reason") else ""
 
     def _verdict(self, termination_log: Path, returncode: int,
                  cgroup: AttemptCgroup | None) -> tuple[str, dict[str, object]]:
@@ -559,64 +578,40 @@ class Runner:
 
     # -- caching --------------------------------------------------------------------------
 
-    def _cache_key(self, stage: Stage) -> str:
-        """The key the compiled workflow's memoization computes, from the same functions.
+    def _cache_key(self, plan: StagePlan) -> str:
+        """The key the compiled workflow's memoization computes, from the same functions and
+        the same reads (``plan.params``, ``plan.upstream``: what the Argo lowering's
+        ``memoize`` names), not a second walk over the stage's references.
         A param enters as the value Argo would hold for the program to get the text this run
         passes: kubelet-escaped, as the compiled defaults are (``argo_workflow.arguments``)."""
-        if stage.cache is None:
+        if not plan.cached:
             return ""
-        params = {r.path[1]: kubelet_literal(self.params[r.path[1]])
-                  for r in stage.references() if r.is_param}
-        upstream = {}
-        for ref in stage.references():
-            if ref.is_output:
-                upstream[f"{ref.path[0]}.{ref.path[2]}"] = \
-                    self.record.stages[ref.path[0]].output_hashes.get(ref.path[2], "")
-        return memo.runtime_key(cache_static(stage), params, upstream)
+        params = {name: kubelet_literal(self.params[name]) for name in sorted(plan.params)}
+        upstream = {f"{stage}.{output}": self.record.stages[stage].output_hashes.get(output, "")
+                    for stage, output in plan.upstream}
+        return memo.runtime_key(cache_static(plan.stage), params, upstream)
 
-    def _cache_dir(self, stage: Stage, key: str) -> Path | None:
-        if not self.store_root.startswith("file://"):
-            return None
-        return Path(self.store_root[len("file://"):]) / self.pipeline.name / "cache" / \
-            stage.name / key
-
-    def _cache_lookup(self, stage: Stage, key: str) -> tuple[dict[str, str], dict[str, str]] | None:
-        entry_dir = self._cache_dir(stage, key)
-        if entry_dir is None or not (entry_dir / "entry.json").is_file():
-            return None
-        entry = json.loads((entry_dir / "entry.json").read_text(encoding="utf-8"))
+    def _cache_lookup(self, stage: Stage, key: str) -> Hit | None:
+        """A store that cannot be read is a miss, said once: the stage runs as uncached."""
         assert stage.cache is not None
-        if stage.cache.max_age is not None and time.time() - entry["created"] > stage.cache.max_age:
+        try:
+            return self.cache.lookup(stage.name, key, sorted(stage.outputs),
+                                     stage.cache.max_age,
+                                     self.run_dir / stage.name / "outputs")
+        except (StoreError, OSError, KeyError, TypeError, ValueError) as exc:
+            self._cache_unavailable(stage, "read", exc)
             return None
-        outputs = {name: str(entry_dir / "outputs" / name) for name in stage.outputs}
-        if not all(Path(p).exists() for p in outputs.values()):
-            return None
-        return outputs, dict(entry["output_hashes"])
 
     def _cache_store(self, stage: Stage, key: str, record: StageRecord) -> None:
-        """Copy the outputs into the store and commit the entry with one rename."""
-        entry_dir = self._cache_dir(stage, key)
-        if entry_dir is None:
-            return
-        staging = entry_dir.parent / f".{key}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            (staging / "outputs").mkdir(parents=True)
-            for name, path in record.outputs.items():
-                source = Path(path)
-                target = staging / "outputs" / name
-                if source.is_dir():
-                    shutil.copytree(source, target, symlinks=True)
-                elif source.exists():
-                    shutil.copy2(source, target)
-            write_json_atomic(staging / "entry.json", {
-                "created": time.time(), "run": self.run_id,
-                "output_hashes": record.output_hashes})
-            if entry_dir.exists():
-                shutil.rmtree(entry_dir)
-            os.replace(staging, entry_dir)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+            self.cache.save(stage.name, key, record.outputs, record.output_hashes, self.run_id)
+        except (StoreError, OSError) as exc:
+            self._cache_unavailable(stage, "write", exc)
+
+    def _cache_unavailable(self, stage: Stage, what: str, exc: Exception) -> None:
+        self.listener("warn", self.record.stages[stage.name],
+                      f"cannot {what} the cache in {self.store_root} ({exc}); "
+                      "the stage runs as if uncached")
 
     def _read_hashes(self, stage_dir: Path, number: int) -> dict[str, str]:
         hash_dir = stage_dir / f"attempt-{number}" / "output-hashes"
