@@ -547,7 +547,7 @@ def preempted_before(plan: StagePlan, task: TaskPlan, conds: list[str]) -> str:
     probes = {t.name for t in plan.tasks if t.probe}
     links = [(c, p.task, (f"'{int(p.because == 'preempted')}'" if p.task in probes else None))
              for c, p in zip(conds, task.preds)]
-    return argo_retry.preempted_before_value(links)
+    return argo_retry.preempted_before_value(links, task.budget)
 
 
 def grid_tasks(ctx: CompileContext, plan: StagePlan, pods: PodTemplates) -> list[Json]:

@@ -92,11 +92,15 @@ def env_of(template: Json) -> dict[str, str]:
 
 PREEMPTED = (
     "(lastRetry.exitCode == '143' || lastRetry.message contains 'pod deleted' || "
+    "lastRetry.message contains 'neither main nor wait container completed successfully' || "
     "lastRetry.message contains 'imminent node shutdown' || lastRetry.message contains 'Evicted' || "
     "lastRetry.message contains 'evicted' || lastRetry.message contains 'The node was low on resource' || "
     "lastRetry.message contains 'DisruptionTarget' || lastRetry.message contains 'PreemptionByScheduler' || "
     "lastRetry.message contains 'durapipe-verdict:preempted')"
 )
+#: How a task reads the count its predecessor reported (``argo_retry.reported``).
+REPORTED = ("{{{{=(tasks['{task}'].status != '' ? (get(get(get(tasks['{task}'], 'outputs'), "
+            "'parameters'), 'preempted') ?? '{budget}') : '{budget}')}}}}")
 GPU_OOM = "(lastRetry.exitCode == '86' || lastRetry.message contains 'durapipe-verdict:gpu_oom')"
 OOM = "(lastRetry.message contains 'OOMKilled' || lastRetry.message contains 'durapipe-verdict:host_oom')"
 
@@ -120,7 +124,7 @@ def test_application_attempts_are_separate_tasks_chained_on_application_failure(
     assert list(grid) == ["train-app-0", "train-app-1", "train-app-2", "train-done"]
     assert grid["train-app-1"]["depends"] == "train-app-0.Failed || train-app-0.Errored"
     assert grid["train-app-1"]["when"] == (
-        "{{=(tasks['train-app-0'].status in ['Failed', 'Error'] && "
+        "{{=(tasks['train-app-0'].status == 'Failed' && "
         "!((get(tasks['train-app-0'], 'exitCode') ?? '') in ['', '-1', '143', '86']))}}"
     )
     # The three attempts run the same pod, written once; each task passes its first attempt.
@@ -142,9 +146,11 @@ def test_application_attempts_are_separate_tasks_chained_on_application_failure(
     # Attempt numbers run on: application failures before the task, plus the preemptions.
     assert [first_attempt(ts, f"train-app-{k}") for k in range(3)] == ["0", "1", "2"]
     passed = [dag_tasks(ts)[f"train-app-{k}"]["arguments"]["parameters"][1] for k in range(3)]
+    # Read nil-safe: a task result that never came (main's exit reported, then the node
+    # lost) passes the whole budget rather than requeueing the workflow for ever.
     assert passed == [{"name": "preempted-before", "value": v} for v in (
-        "0", "{{tasks.train-app-0.outputs.parameters.preempted}}",
-        "{{tasks.train-app-1.outputs.parameters.preempted}}")]
+        "0", REPORTED.format(task="train-app-0", budget=3),
+        REPORTED.format(task="train-app-1", budget=3))]
 
 
 def test_without_an_application_budget_only_preemptions_retry() -> None:
@@ -228,8 +234,7 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
         args = {p["name"]: p["value"] for p in grid[rung]["arguments"]["parameters"]}
         # The rung's first attempt follows its OOM climbs; the preemptions spent below it
         # come from the rung that ran out of memory.
-        spent = "0" if rung == 0 else (
-            "{{tasks." + grid[rung - 1]["name"] + ".outputs.parameters.preempted}}")
+        spent = "0" if rung == 0 else REPORTED.format(task=grid[rung - 1]["name"], budget=2)
         assert args == {"attempt": str(rung), "preempted-before": spent, "rung": str(rung),
                         "memory": size,
                         "memory-bytes": str({0: 256, 1: 512, 2: 1024}[rung] * GI)}
@@ -390,8 +395,9 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
                           "train-a100-80gb-retry", "train-a100", "train-done"]
     assert grid["train-a100-80gb"]["depends"] == "train-h100.Failed || train-h100.Errored"
     assert grid["train-a100-80gb"]["when"] == (
-        "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
-        "(get(tasks['train-h100'], 'exitCode') ?? '') in ['', '-1'])}}"
+        "{{=(tasks['train-h100'].status == 'Failed' && "
+        "(get(tasks['train-h100'], 'exitCode') ?? '') in ['', '-1'] && "
+        "(get(tasks['train-h100'], 'hostNodeName') ?? '') == '')}}"
     )
     # The probe (first attempt on a waiting type) has pendingTimeout and no retryStrategy,
     # because Argo never times out a Pending attempt of a template that has one.
@@ -423,8 +429,10 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
     assert first_attempt(ts, "train-h100-retry") == "0"
     assert grid["train-h100-retry"]["depends"] == "train-h100.Failed || train-h100.Errored"
     assert grid["train-h100-retry"]["when"] == (
-        "{{=(tasks['train-h100'].status in ['Failed', 'Error'] && "
-        "(get(tasks['train-h100'], 'exitCode') ?? '') == '143')}}"
+        "{{=((tasks['train-h100'].status == 'Error') || (tasks['train-h100'].status == 'Failed'"
+        " && ((get(tasks['train-h100'], 'exitCode') ?? '') == '143' || "
+        "((get(tasks['train-h100'], 'exitCode') ?? '') in ['', '-1'] && "
+        "!((get(tasks['train-h100'], 'hostNodeName') ?? '') == '')))))}}"
     )
     assert grid["train-done"]["depends"] == " || ".join(
         f"{n}.Succeeded" for n in list(grid)[:-1])
@@ -441,7 +449,7 @@ def test_gpu_fallback_unrolls_types_with_pending_timeout_on_all_but_the_last() -
 def test_app_failure_condition_with_a_ladder() -> None:
     rule = Retry(attempts=2, on_oom=OnOom(memory=(GI, 2 * GI)))
     assert retry.app_failure_condition("p", rule.gpu_oom, has_ladder=True) == (
-        "tasks['p'].status in ['Failed', 'Error'] && "
+        "tasks['p'].status == 'Failed' && "
         "!((get(tasks['p'], 'exitCode') ?? '') in ['', '-1', '143', '137', '86'])"
     )
 

@@ -42,11 +42,18 @@ import (
 	controllercache "github.com/argoproj/argo-workflows/v4/workflow/controller/cache"
 )
 
+// simNodeName is the node every pod that leaves Pending runs on.
+const simNodeName = "argosim-node"
+
 // simOutcome is what the simulated kubelet does with one pod (one attempt).
 type simOutcome struct {
-	// succeeded | failed | oomkilled | deleted | deleted-pending | disrupted | shutdown | pending
+	// succeeded | failed | oomkilled | deleted | deleted-pending | disrupted | shutdown | pending | lost
 	Outcome string `json:"outcome"`
-	// failed: main's exit code (default 1).
+	// failed, oomkilled: the wait container ends with exit 1 and writes no task result (the
+	// executor could not report), as on a control plane whose executor reports nothing.
+	NoResult bool `json:"noResult,omitempty"`
+	// failed: main's exit code (default 1); lost: main's exit code as the kubelet reported it
+	// before the node went away (none: main was still running).
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// Termination message of main (what the durapipe runtime writes as its verdict).
 	Message string `json:"message,omitempty"`
@@ -184,7 +191,7 @@ type simPod struct {
 	nodeID   string
 	key      string
 	outcome  simOutcome
-	stage    int // 0 created, 1 running/pending, 2 terminal
+	stage    int // 0 created, 1 running/pending, 2 terminal, 3 lost (deleted at the next step)
 	waitLeft time.Duration
 	deleted  bool
 	// Deleted by the controller before it finished (an expired pendingTimeout).
@@ -527,6 +534,26 @@ func (s *simulator) publishOutputs(sp *simPod, p *apiv1.Pod, o simOutcome, phase
 	}
 }
 
+// publishUnlessLost writes a failed pod's task result unless the scenario says the executor
+// could not.
+func (s *simulator) publishUnlessLost(sp *simPod, p *apiv1.Pod, o simOutcome) {
+	if !o.NoResult {
+		s.publishOutputs(sp, p, o, wfv1.NodeFailed)
+	}
+}
+
+// waitFailedIf ends the wait container with exit 1: it could not report main's outputs.
+func waitFailedIf(p *apiv1.Pod, failed bool) {
+	if !failed {
+		return
+	}
+	for i := range p.Status.ContainerStatuses {
+		if st := &p.Status.ContainerStatuses[i]; st.Name == common.WaitContainerName {
+			st.State = apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
+		}
+	}
+}
+
 // finish applies a terminal outcome to a running pod.
 func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 	now := metav1.Now()
@@ -540,13 +567,15 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		if o.ExitCode != nil {
 			code = *o.ExitCode
 		}
-		s.publishOutputs(sp, p, o, wfv1.NodeFailed)
+		s.publishUnlessLost(sp, p, o)
 		p.Status.Phase = apiv1.PodFailed
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: code, Reason: "Error", Message: o.Message, FinishedAt: now}})
+		waitFailedIf(p, o.NoResult)
 	case "oomkilled":
-		s.publishOutputs(sp, p, o, wfv1.NodeFailed)
+		s.publishUnlessLost(sp, p, o)
 		p.Status.Phase = apiv1.PodFailed
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled", Message: o.Message, FinishedAt: now}})
+		waitFailedIf(p, o.NoResult)
 	case "disrupted":
 		// Scheduler preemption or API eviction: Kubernetes adds the DisruptionTarget
 		// condition and SIGTERMs the containers; the pod carries no message of its own, so
@@ -571,6 +600,30 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 			Message: "Pod was terminated in response to imminent node shutdown.", LastTransitionTime: now,
 		})
 		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: 143, Reason: "Error", FinishedAt: now}})
+	case "lost":
+		// The node went away at once (kubelet and containerd killed, the Node deleted): no
+		// container reports again and no task result is written. Pod GC then marks the
+		// orphaned pod Failed as it stands (v1.35 gcOrphaned: phase and DisruptionTarget
+		// only) and deletes it, which the harness does at the next step.
+		p.Status.Phase = apiv1.PodFailed
+		p.Status.Conditions = append(p.Status.Conditions, apiv1.PodCondition{
+			Type: apiv1.DisruptionTarget, Status: apiv1.ConditionTrue, Reason: "DeletionByPodGC",
+			Message: "PodGC: node no longer exists", LastTransitionTime: now,
+		})
+		for i := range p.Status.ContainerStatuses {
+			st := &p.Status.ContainerStatuses[i]
+			st.State = apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{StartedAt: now}}
+			if st.Name == common.MainContainerName && o.ExitCode != nil {
+				reason := "Error"
+				if *o.ExitCode == 137 {
+					reason = "OOMKilled"
+				}
+				st.State = apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: *o.ExitCode, Reason: reason, Message: o.Message, FinishedAt: now}}
+			}
+		}
+		sp.stage = 3
+		s.updatePod(p)
+		return
 	case "deleted":
 		// The node vanished (or someone deleted the pod): the pod object is gone.
 		podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
@@ -629,6 +682,16 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 			s.created++
 			s.pods[p.Name] = sp
 		}
+		if sp.stage == 3 {
+			// The lost node's pod, marked Failed by pod GC at the last step, is deleted now.
+			podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
+			if err := podcs.Delete(s.ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				s.fatalf("delete pod: %v", err)
+			}
+			s.unsyncedPods[p.Name] = true
+			sp.deleted, sp.stage, changed = true, 2, true
+			continue
+		}
 		if sp.stage == 2 {
 			continue
 		}
@@ -644,6 +707,8 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 				}}
 				sp.waitLeft = time.Duration(o.Minutes * float64(time.Minute))
 			} else {
+				// Scheduled: bound to a node (Argo reports it as the node's hostNodeName).
+				p.Spec.NodeName = simNodeName
 				p.Status.Phase = apiv1.PodRunning
 				p.Status.StartTime = &now
 				p.Status.Conditions = []apiv1.PodCondition{{Type: apiv1.PodScheduled, Status: apiv1.ConditionTrue, LastTransitionTime: now}}
