@@ -244,7 +244,12 @@ def _pause_ends_on_sigterm(node: Containerd) -> None:
             assert ctr.poll() is None and time.monotonic() < deadline, ctr.communicate()
             time.sleep(0.2)
         node.ctr("tasks", "kill", "--signal", "SIGTERM", "pause")
-        assert ctr.wait(timeout=30) == 0, ctr.communicate()
+        try:
+            code = ctr.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the pause image did not end within 30 s of SIGTERM (PID 1 ignores a "
+                        "signal it has no handler for)", pytrace=False)
+        assert code == 0, ctr.communicate()
     finally:
         if ctr.poll() is None:
             node.ctr("tasks", "kill", "--signal", "SIGKILL", "pause")
