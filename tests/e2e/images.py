@@ -5,8 +5,8 @@
   is the one layer), with ``python`` meaning ``python3`` (``python-is-python3``);
 - ``EXAMPLES_IMAGE``: that Python with the examples' stage programs on top (the ``churn`` and
   ``features`` packages importable, ``train.py`` and the rest in the working directory
-  ``/app``), answering to every image name ``examples/*.pipe`` uses (``example_image_names``),
-  so the examples' compiled output runs unchanged;
+  ``/app``), answering to every image name the compiled ``examples/*.pipe`` use
+  (``example_image_names``, ``tag_names_for``), so the examples' output runs unchanged;
 - ``ARGOEXEC_IMAGE``: Argo's ``argoexec`` v4.1.2 built from ``../shared``'s source
   (``CGO_ENABLED=0``) at ``/bin/argoexec``, as Argo's own image has it.
 
@@ -22,14 +22,14 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from argo.argo_tools import ToolError, _locked, argo_source_or_skip, build_go_command
 
@@ -42,6 +42,9 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
 PYTHON_IMAGE = "durapipe.local/python:bookworm"
 EXAMPLES_IMAGE = "durapipe.local/examples:latest"
 ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v4.1.2"
+#: Every image ``build_images`` makes, by role.
+IMAGE_NAMES = {"pause": PAUSE_IMAGE, "python": PYTHON_IMAGE, "examples": EXAMPLES_IMAGE,
+               "argoexec": ARGOEXEC_IMAGE}
 #: Debian's suite and the packages of the Python image.
 SUITE = "bookworm"
 PACKAGES = ("python3", "ca-certificates", "python-is-python3")
@@ -64,12 +67,48 @@ def requirements_or_skip() -> None:
                         "images are built with it")
 
 
-def example_image_names() -> list[str]:
-    """Every ``image = "..."`` of examples/*.pipe, which the examples image answers to."""
+def tag_names_for(pipes: Iterable[Path]) -> list[str]:
+    """Every image the compiled output of ``pipes`` runs, sorted.
+
+    Read from what the compiler emits, not from the source's ``image = "..."`` lines, so an
+    image that only appears inside a resource template's manifest (a multi-node stage's JobSet
+    is a YAML string there) is named too."""
+    from durapipe.compiler import CompileOptions, compile_pipeline
+    from durapipe.dsl import load_path
+    from durapipe.dsl.diagnostics import render
+
     names: set[str] = set()
-    for pipe in sorted(EXAMPLES.glob("*.pipe")):
-        names.update(re.findall(r'^\s*image\s*=\s*"([^"]+)"', pipe.read_text(), re.M))
+    for pipe in pipes:
+        loaded = load_path(pipe)
+        if loaded.pipeline is None:
+            raise ToolError(f"{pipe} does not load:\n{render(loaded.diagnostics)}")
+        # The runtime's bytes change no image; a placeholder spares building the zipapp.
+        result = compile_pipeline(loaded.pipeline, CompileOptions(runtime_archive=b"-"))
+        if not result.ok:
+            raise ToolError(f"{pipe} does not compile:\n{render(result.diagnostics)}")
+        for doc in result.documents:
+            names.update(_images_in(doc))
     return sorted(names)
+
+
+def _images_in(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "image" and isinstance(value, str):
+                yield value
+            elif key == "manifest" and isinstance(value, str):
+                for doc in yaml.safe_load_all(value):
+                    yield from _images_in(doc)
+            else:
+                yield from _images_in(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _images_in(item)
+
+
+def example_image_names() -> list[str]:
+    """Every image the compiled examples/*.pipe run, which the examples image answers to."""
+    return tag_names_for(sorted(EXAMPLES.glob("*.pipe")))
 
 
 # -- OCI image layouts -------------------------------------------------------------------------
@@ -241,7 +280,10 @@ def argoexec_image() -> Path:
         write_oci_archive(out / "image.tar", ARGOEXEC_IMAGE, [layer],
                           {"Env": [f"PATH={PATH}"], "Entrypoint": ["argoexec"]})
 
-    return _cached("argoexec", binary.parent.name.encode() + _digest_file(binary).encode(), build)
+    # The host's CA bundle goes into the layer, so a changed bundle is a new image.
+    inputs = [binary.parent.name, _digest_file(binary),
+              _digest_file(certs) if certs.exists() else ""]
+    return _cached("argoexec", " ".join(inputs).encode(), build)
 
 
 def build_images() -> dict[str, Path]:
@@ -251,10 +293,11 @@ def build_images() -> dict[str, Path]:
             EXAMPLES_IMAGE: examples_image(), ARGOEXEC_IMAGE: argoexec_image()}
 
 
-def import_images(ctr: Callable[..., str], archives: dict[str, Path]) -> None:
+def import_images(ctr: Callable[..., str], archives: dict[str, Path],
+                  extra_tags: Iterable[str] | None = None) -> None:
     """Import each archive with ``ctr`` (a ``ctr -n k8s.io`` runner) and give the examples
-    image every name the examples use."""
+    image the names in ``extra_tags`` (default: every name the examples use)."""
     for archive in archives.values():
         ctr("images", "import", str(archive))
-    for name in example_image_names():
+    for name in example_image_names() if extra_tags is None else extra_tags:
         ctr("images", "tag", "--force", EXAMPLES_IMAGE, name)
