@@ -540,16 +540,18 @@ def argo_install_docs(overrides: dict[str, str] | None = None) -> list[dict[str,
                 "workflow-controller-configmap":
             doc["data"] = {**(doc.get("data") or {}), **CONTROLLER_CONFIG, **(overrides or {})}
         docs.append(doc)
-    # Argo's ClusterRole only reads ConfigMaps; memoization writes its cache ConfigMap, so an
-    # operator grants that (docs/lowering.md, Caching) and so does the e2e install.
+    # Argo's ClusterRole only reads ConfigMaps; memoization writes its cache ConfigMaps, which
+    # v4.1.2 keeps in the controller's own namespace whatever the workflow's (its cache factory
+    # is made with the controller's namespace), so an operator grants that there and only there
+    # (docs/cluster.md, "What the cluster needs"), and so does the e2e install.
     docs += [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "durapipe-memoization"},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "durapipe-memoization", "namespace": ARGO_NAMESPACE},
          "rules": [{"apiGroups": [""], "resources": ["configmaps"],
                     "verbs": ["create", "update", "patch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "durapipe-memoization"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "durapipe-memoization", "namespace": ARGO_NAMESPACE},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                      "name": "durapipe-memoization"},
          "subjects": [{"kind": "ServiceAccount", "name": "argo",
                        "namespace": ARGO_NAMESPACE}]},

@@ -281,7 +281,7 @@ class RealNode:
     def _spawn(self, name: str, args: list[str]) -> Proc:
         log = self.state / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as fh:
+        with open(log, "ab") as fh:  # a node that rejoins keeps its first life's log
             popen = subprocess.Popen([*_DIE_WITH_PARENT, *args], stdout=fh,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.state, start_new_session=True,
@@ -359,6 +359,31 @@ class RealNode:
             "get", "node", self.name, "-o",
             r"jsonpath={.status.allocatable.nvidia\.com/gpu}",
             check=False).stdout.strip() == str(GPU_COUNT), 30)
+
+    # -- losing the node -----------------------------------------------------------------------
+
+    def lose(self) -> None:
+        """The node dies abruptly, as a reclaimed VM does: the kubelet, every container, the
+        shims and containerd are SIGKILLed at once (no SIGTERM, no wait container reporting),
+        and the Node object is deleted, as a cloud's node controller deletes a vanished VM."""
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                proc.popen.kill()
+        _kill_until_gone(lambda: [pid for pid, _ in _node_processes()])
+        for proc in self.procs:
+            proc.popen.wait(timeout=10)
+        self.procs.clear()
+        self.cluster.kubectl("delete", "node", self.name, "--wait=false")
+
+    def rejoin(self) -> None:
+        """A new machine of the same name joins: containerd and the kubelet start again over
+        the old image store (nothing is imported again) and the node registers anew."""
+        for ns in _entries(Path("/run/netns")):
+            if ns not in (self.before.shared.get("/run/netns") or []):
+                _out(["ip", "netns", "delete", ns])
+        self._start_containerd()
+        self._start_kubelet()
+        self._advertise_gpus()
 
     # -- teardown -------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ import pytest
 
 from durapipe.runtime.hashing import hash_path
 
+from e2e.cluster import ARGO_NAMESPACE
+
 from . import pipelines as pl
 from .conftest import BUCKET, Real
 
@@ -120,6 +122,12 @@ def test_prep_train_eval_runs_every_container_and_a_resubmission_hits_the_cache(
     assert stages == {"eval"}
     for stage in ("prep", "train"):
         assert node_by_name(wf2, stage).get("memoizationStatus", {}).get("hit") is True, stage
+    # Argo v4.1.2 keeps the memoization cache in the controller's namespace, not the
+    # workflow's, and the narrow Role there (tests/e2e/cluster.py) is all it needed.
+    where = real.cluster.kubectl(
+        "get", "configmaps", "-A", "--field-selector=metadata.name=durapipe-cache-churn-model",
+        "-o", "jsonpath={.items[*].metadata.namespace}").stdout.split()
+    assert where == [ARGO_NAMESPACE], where
     status = pl.durapipe("status", second, "-n", NS, real=real).stdout
     print(status)
     assert "hit" in status
