@@ -152,6 +152,34 @@ class Proc:
             return ""
 
 
+def spawn(name: str, args: list[str], cwd: Path, env: dict[str, str]) -> Proc:
+    """Start ``args`` with its output in ``cwd/logs/<name>.log`` (appended to: a process started
+    again keeps its first life's log)."""
+    log = cwd / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        # start_new_session: a signal to the pytest process group does not reach these
+        # before stop() does, and stop() signals each one by its own pid only.  A pytest
+        # killed outright (CI's timeout, a SIGTERM) runs no teardown: the kernel then
+        # kills them, by the parent-death signal setpriv sets before it execs the binary.
+        # The kernel's "parent" is the thread that forks, so only the main thread's
+        # children can die with it (a helper thread's would die when that thread ends).
+        main = threading.current_thread() is threading.main_thread()
+        prefix = _DIE_WITH_PARENT if main else []
+        popen = subprocess.Popen([*prefix, *args], stdout=fh, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                                 start_new_session=True)
+    return Proc(name, popen, log)
+
+
+def died(proc: Proc) -> Callable[[], str | None]:
+    """For ``_wait``: the reason ``proc`` is gone, or None while it runs."""
+    def check() -> str | None:
+        rc = proc.popen.poll()
+        return None if rc is None else f"exited {rc}:\n{proc.tail()}"
+    return check
+
+
 @dataclass
 class Cluster:
     state: Path
@@ -171,30 +199,12 @@ class Cluster:
 
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
-        log = self.state / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as fh:
-            # start_new_session: a signal to the pytest process group does not reach these
-            # before stop() does, and stop() signals each one by its own pid only.  A pytest
-            # killed outright (CI's timeout, a SIGTERM) runs no teardown: the kernel then
-            # kills them, by the parent-death signal setpriv sets before it execs the binary.
-            # The kernel's "parent" is the thread that forks, so only the main thread's
-            # children can die with it (a helper thread's would die when that thread ends).
-            main = threading.current_thread() is threading.main_thread()
-            prefix = _DIE_WITH_PARENT if main else []
-            popen = subprocess.Popen([*prefix, *args], stdout=fh,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env or _base_env(), cwd=self.state,
-                                     start_new_session=True)
-        proc = Proc(name, popen, log)
+        proc = spawn(name, args, self.state, env or _base_env())
         self.procs.append(proc)
         return proc
 
     def _died(self, proc: Proc) -> Callable[[], str | None]:
-        def check() -> str | None:
-            rc = proc.popen.poll()
-            return None if rc is None else f"exited {rc}:\n{proc.tail()}"
-        return check
+        return died(proc)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

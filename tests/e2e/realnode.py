@@ -44,7 +44,7 @@ import yaml
 from argo.argo_tools import ToolError
 
 from .images import PAUSE_IMAGE
-from .cluster import NODE_TOKEN, REAL_NODE_NAME, Cluster, Proc, _DIE_WITH_PARENT, _wait, free_port
+from .cluster import NODE_TOKEN, REAL_NODE_NAME, Cluster, Proc, _wait, died, free_port, spawn
 
 #: Short, fixed paths: containerd's socket and its shims' sockets must stay under 108 bytes.
 RUN_DIR = Path("/run/durapipe-realnode")
@@ -279,22 +279,12 @@ class RealNode:
         self.timings["ready"] = time.monotonic() - t0
 
     def _spawn(self, name: str, args: list[str]) -> Proc:
-        log = self.state / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as fh:  # a node that rejoins keeps its first life's log
-            popen = subprocess.Popen([*_DIE_WITH_PARENT, *args], stdout=fh,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=self.state, start_new_session=True,
-                                     env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-        proc = Proc(name, popen, log)
+        proc = spawn(name, args, self.state, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
         self.procs.append(proc)
         return proc
 
     def _died(self, proc: Proc) -> Callable[[], str | None]:
-        def check() -> str | None:
-            rc = proc.popen.poll()
-            return None if rc is None else f"exited {rc}:\n{proc.tail()}"
-        return check
+        return died(proc)
 
     def _start_containerd(self) -> None:
         cni_conf = self.state / "cni" / "net.d"

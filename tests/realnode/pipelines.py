@@ -107,6 +107,13 @@ def wait_finished(real: Real, name: str, namespace: str, timeout: float) -> dict
         time.sleep(1)
 
 
+def assert_succeeded(wf: dict[str, Any]) -> None:
+    """The run Succeeded; else every node's phase and message, which is what tells why."""
+    assert wf["status"]["phase"] == "Succeeded", json.dumps(
+        {n["displayName"]: (n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()},
+        indent=1)
+
+
 def pods_of(real: Real, workflow: str, namespace: str) -> list[dict[str, Any]]:
     got = json.loads(real.cluster.kubectl(
         "get", "pods", "-n", namespace, "-l", f"workflows.argoproj.io/workflow={workflow}",

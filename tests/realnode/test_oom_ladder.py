@@ -3,7 +3,6 @@ and the ladder climbs to a rung that succeeds; `durapipe status` tells the user 
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -28,9 +27,7 @@ def test_a_real_oom_kill_climbs_the_ladder_to_a_rung_that_fits(real: Real, tmp_p
     wf = pl.wait_finished(real, name, NS, timeout=600)
     took = time.monotonic() - t0
     print(f"{name} {wf['status']['phase']} in {took:.0f} s")
-    assert wf["status"]["phase"] == "Succeeded", json.dumps(
-        {n["displayName"]: (n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()},
-        indent=1)
+    pl.assert_succeeded(wf)
 
     # What the kubelet saw: the 64Mi pod's main container OOM-killed by the kernel (137), the
     # 256Mi one done.

@@ -75,9 +75,7 @@ def test_an_evicted_trainer_saves_resumes_and_spends_a_preemption(real: Real, tm
     assert gone < grace
 
     wf = pl.wait_finished(real, name, NS, timeout=600)
-    assert wf["status"]["phase"] == "Succeeded", json.dumps(
-        {n["displayName"]: (n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()},
-        indent=1)
+    pl.assert_succeeded(wf)
     pods = train_pods(real, name)
     assert pod not in [p["metadata"]["name"] for p in pods]
     (resumed,) = pods

