@@ -57,6 +57,9 @@ type simOutcome struct {
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// Termination message of main (what the durapipe runtime writes as its verdict).
 	Message string `json:"message,omitempty"`
+	// Termination message of main when a signal stops it first (a deadline: the controller's
+	// or the pod's activeDeadlineSeconds): what the runtime writes on SIGTERM. Default: Message.
+	TermMessage string `json:"termMessage,omitempty"`
 	// Minutes the pod runs (or, for pending, stays unschedulable) on the simulated clock.
 	Minutes float64 `json:"minutes,omitempty"`
 	// pending: what happens after the wait ("" = stays pending for ever).
@@ -71,7 +74,9 @@ type simRun struct {
 	// Overrides of spec.arguments.parameters for this run (memoization scenarios resubmit).
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// Outcomes per node key (a pod node's display name without its "(N)" retry suffix),
-	// consumed in pod-creation order. A key with no outcome left succeeds.
+	// consumed in pod-creation order. A key with no outcome left succeeds. The key "*" serves
+	// every key not listed, in pod-creation order across them: a scenario can script the n-th
+	// attempt of a stage without naming the task Argo runs it in.
 	Attempts map[string][]simOutcome `json:"attempts"`
 }
 
@@ -105,6 +110,11 @@ type podReport struct {
 	DeletedByController bool `json:"deletedByController,omitempty"`
 	// The controller signalled main to stop (a deadline) before its outcome was due.
 	Signalled bool `json:"signalled,omitempty"`
+	// The kubelet stopped the pod at its activeDeadlineSeconds before its outcome was due.
+	DeadlineExceeded bool `json:"deadlineExceeded,omitempty"`
+	// The pod's status.reason and status.message as the kubelet last wrote them.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 type nodeReport struct {
@@ -198,7 +208,9 @@ type simPod struct {
 	deletedByController bool
 	// Stopped by a signal from the controller (a deadline) before its outcome was due.
 	signalled bool
-	order     int
+	// Stopped by the kubelet at the pod's activeDeadlineSeconds.
+	deadlineExceeded bool
+	order            int
 }
 
 type simulator struct {
@@ -418,7 +430,44 @@ func (s *simulator) signal(podName string, kill bool) {
 		code = 137
 	}
 	sp.signalled = true
-	s.finish(sp, p, simOutcome{Outcome: "failed", ExitCode: &code, Message: sp.outcome.Message})
+	s.finish(sp, p, simOutcome{Outcome: "failed", ExitCode: &code, Message: sp.outcome.termMessage()})
+}
+
+func (o simOutcome) termMessage() string {
+	if o.TermMessage != "" {
+		return o.TermMessage
+	}
+	return o.Message
+}
+
+// The kubelet's words for a pod past its activeDeadlineSeconds (k8s v1.35
+// pkg/kubelet/active_deadline.go).
+const (
+	deadlineReason  = "DeadlineExceeded"
+	deadlineMessage = "Pod was active on the node longer than the specified deadline"
+)
+
+// deadlineLeft is how long a running pod has until its activeDeadlineSeconds, counted as the
+// kubelet counts it: from status.startTime (a pod that never started has no deadline yet).
+func deadlineLeft(p *apiv1.Pod) (time.Duration, bool) {
+	if p.Spec.ActiveDeadlineSeconds == nil || p.Status.StartTime == nil || p.Status.StartTime.IsZero() {
+		return 0, false
+	}
+	allowed := time.Duration(*p.Spec.ActiveDeadlineSeconds) * time.Second
+	return allowed - time.Since(p.Status.StartTime.Time), true
+}
+
+// exceedDeadline plays the kubelet for a pod past its activeDeadlineSeconds (k8s v1.35): the
+// active-deadline handler asks for the pod's eviction with reason DeadlineExceeded
+// (generateAPIPodStatus sets phase Failed, that reason and message), the pod worker stops its
+// containers with SIGTERM (SIGKILL after the grace period), and the status manager reports
+// the terminal phase only once no container runs (mergePodStatus). The runtime in main exits
+// 143 on SIGTERM within the grace period, so main ends at once with 143 and the runtime's
+// SIGTERM verdict, and the pod turns Failed in the same write.
+func (s *simulator) exceedDeadline(sp *simPod, p *apiv1.Pod) {
+	code := int32(143)
+	sp.deadlineExceeded = true
+	s.finish(sp, p, simOutcome{Outcome: "deadline", ExitCode: &code, Message: sp.outcome.termMessage()})
 }
 
 // awaitPodInformer waits until the pod informer (which Argo's test controller runs for real)
@@ -624,6 +673,12 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		sp.stage = 3
 		s.updatePod(p)
 		return
+	case "deadline":
+		s.publishOutputs(sp, p, o, wfv1.NodeFailed) // the wait container saves them after SIGTERM too
+		p.Status.Phase = apiv1.PodFailed
+		p.Status.Reason = deadlineReason
+		p.Status.Message = deadlineMessage
+		mainContainerStatus(p, apiv1.ContainerState{Terminated: &apiv1.ContainerStateTerminated{ExitCode: *o.ExitCode, Reason: "Error", Message: o.Message, FinishedAt: now}})
 	case "deleted":
 		// The node vanished (or someone deleted the pod): the pod object is gone.
 		podcs := s.c.kubeclientset.CoreV1().Pods(s.wf.Namespace)
@@ -674,8 +729,12 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 			}
 			key := s.keyOf(node)
 			o := simOutcome{Outcome: "succeeded"}
-			if q := s.queues[key]; len(q) > 0 {
-				o, s.queues[key] = q[0], q[1:]
+			from := key
+			if _, listed := s.queues[key]; !listed {
+				from = "*"
+			}
+			if q := s.queues[from]; len(q) > 0 {
+				o, s.queues[from] = q[0], q[1:]
 			}
 			s.podsPerNode[nodeID]++
 			sp = &simPod{name: p.Name, nodeID: nodeID, key: key, outcome: o, order: s.created}
@@ -719,6 +778,16 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 			s.updatePod(p)
 			changed = true
 		case 1:
+			if left, ok := deadlineLeft(p); ok && p.Status.Phase == apiv1.PodRunning {
+				if left <= 0 {
+					s.exceedDeadline(sp, p)
+					changed = true
+					continue
+				}
+				if sp.waitLeft > 0 && (wait == 0 || left < wait) {
+					wait = left // the clock stops at the deadline, as it does at a pod's end
+				}
+			}
 			if sp.waitLeft > 0 {
 				if wait == 0 || sp.waitLeft < wait {
 					wait = sp.waitLeft
@@ -797,7 +866,8 @@ func (s *simulator) report() runReport {
 		if sp := byNode[id]; sp != nil {
 			nr.Outcome = sp.outcome.Outcome
 			nr.PodsCreated = s.podsPerNode[id]
-			pr := &podReport{Name: sp.name, Deleted: sp.deleted, DeletedByController: sp.deletedByController, Signalled: sp.signalled}
+			pr := &podReport{Name: sp.name, Deleted: sp.deleted, DeletedByController: sp.deletedByController,
+				Signalled: sp.signalled, DeadlineExceeded: sp.deadlineExceeded}
 			pod, err := podcs.Get(s.ctx, sp.name, metav1.GetOptions{})
 			if err == nil {
 				describePod(pod, pr)
@@ -829,6 +899,8 @@ func (s *simulator) report() runReport {
 
 func describePod(pod *apiv1.Pod, pr *podReport) {
 	pr.FinalPhase = string(pod.Status.Phase)
+	pr.Reason = pod.Status.Reason
+	pr.Message = pod.Status.Message
 	pr.NodeSelector = pod.Spec.NodeSelector
 	pr.Tolerations = pod.Spec.Tolerations
 	pr.Affinity = pod.Spec.Affinity
