@@ -66,3 +66,10 @@ def test_lowering_doc_names_only_e2e_cases_and_tests_that_exist() -> None:
     assert names, rows
     for name in names:
         assert (CASES_DIR / f"{name}.toml").exists() or f"def {name}(" in tests, name
+    # The real node's cases are named by their files (tests/realnode/test_*.py).
+    realnode = Path(__file__).resolve().parents[1] / "realnode"
+    files = {f for row in rows for f in re.findall(r"`(test_[a-z0-9_]+\.py)`",
+                                                   row.rsplit(" | ", 1)[1])}
+    assert files, "the last column names no real-node case"
+    for file in files:
+        assert (realnode / file).exists() or (Path(__file__).parent / file).exists(), file
