@@ -283,9 +283,6 @@ class RealNode:
         self.procs.append(proc)
         return proc
 
-    def _died(self, proc: Proc) -> Callable[[], str | None]:
-        return died(proc)
-
     def _start_containerd(self) -> None:
         cni_conf = self.state / "cni" / "net.d"
         cni_conf.mkdir(parents=True, exist_ok=True)
@@ -306,7 +303,7 @@ class RealNode:
         _wait("containerd", lambda: self.socket.exists() and bool(
             subprocess.run(["ctr", "--address", str(self.socket), "version"],
                            capture_output=True, check=False).returncode == 0), 60,
-              self._died(proc))
+              died(proc))
 
     def _route_service_ip(self) -> None:
         """kube-proxy's one job here: the `kubernetes` Service's address to the API server."""
@@ -338,7 +335,7 @@ class RealNode:
         _wait("real node Ready", lambda: self.cluster.kubectl(
             "get", "node", self.name, "-o",
             'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
-            check=False).stdout.strip() == "True", 120, self._died(proc))
+            check=False).stdout.strip() == "True", 120, died(proc))
 
     def _advertise_gpus(self) -> None:
         patch = json.dumps([{"op": "add", "path": "/status/capacity/nvidia.com~1gpu",
@@ -368,9 +365,7 @@ class RealNode:
     def rejoin(self) -> None:
         """A new machine of the same name joins: containerd and the kubelet start again over
         the old image store (nothing is imported again) and the node registers anew."""
-        for ns in _entries(Path("/run/netns")):
-            if ns not in (self.before.shared.get("/run/netns") or []):
-                _out(["ip", "netns", "delete", ns])
+        self._delete_new_netns()
         self._start_containerd()
         self._start_kubelet()
         self._advertise_gpus()
@@ -401,10 +396,14 @@ class RealNode:
     def leftovers(self) -> list[str]:
         return self.before.leftovers(own=[self.state])
 
-    def _unmount_and_remove(self) -> None:
+    def _delete_new_netns(self) -> None:
+        """The pods' network namespaces (and with them their veths), those the node made."""
         for ns in _entries(Path("/run/netns")):
             if ns not in (self.before.shared.get("/run/netns") or []):
                 _out(["ip", "netns", "delete", ns])
+
+    def _unmount_and_remove(self) -> None:
+        self._delete_new_netns()
         roots = [str(p) for p in (self.state, RUN_DIR, *SHARED_DIRS)]
         for mount in sorted((m for m in _mounts() if any(m.startswith(r) for r in roots)),
                             key=len, reverse=True):

@@ -92,7 +92,7 @@ def store_secret(namespace: str, endpoint: str) -> dict[str, Any]:
                            "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint}}
 
 
-def controller_config(address: str, s3_endpoint: str) -> dict[str, str]:
+def controller_config(s3_endpoint: str) -> dict[str, str]:
     """Argo's settings for a cluster with real pods: the executor image built here (never
     pulled), and the artifact repository on the S3 server with the namespace's store Secret."""
     from e2e.images import ARGOEXEC_IMAGE
@@ -125,7 +125,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real]:
     cluster = node = None
     try:
         cluster = Cluster.start(state / "cluster", bins, address=address,
-                                controller_config=controller_config(address, s3.endpoint))
+                                controller_config=controller_config(s3.endpoint))
 
         def load(n: RealNode) -> None:
             images.import_images(n.ctr, archives)

@@ -91,6 +91,19 @@ def submit(real: Real, template: str, namespace: str, *params: str) -> str:
     return durapipe(*args, real=real).stdout.strip()
 
 
+def run_to_end(real: Real, source: Path, tmp: Path, template: str, namespace: str,
+               *params: str, timeout: float) -> tuple[str, dict[str, Any], float]:
+    """Deploy ``source`` (a .pipe or builder module), start one run and wait for its end:
+    the run's name, its final Workflow and the seconds from submission to that end."""
+    deploy(real, source, tmp / "deploy")
+    t0 = time.monotonic()
+    name = submit(real, template, namespace, *params)
+    wf = wait_finished(real, name, namespace, timeout)
+    took = time.monotonic() - t0
+    print(f"{name} {wf['status']['phase']} in {took:.0f} s")
+    return name, wf, took
+
+
 def wait_finished(real: Real, name: str, namespace: str, timeout: float) -> dict[str, Any]:
     """The Workflow once Argo says it finished; fails with its status after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -6,8 +6,6 @@ the pod classifies it (`gpu_oom`, exit 86) and the workflow takes the documented
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from . import pipelines as pl
@@ -48,11 +46,7 @@ def test_a_cuda_oom_fails_at_once_or_spends_attempts_as_its_policy_says(real: Re
                                                                        tmp_path) -> None:
     source = tmp_path / "gpu_oom.pipe"
     source.write_text(SOURCE)
-    pl.deploy(real, source, tmp_path / "deploy")
-    t0 = time.monotonic()
-    name = pl.submit(real, "gpu-oom", NS)
-    wf = pl.wait_finished(real, name, NS, timeout=300)
-    print(f"{name} {wf['status']['phase']} in {time.monotonic() - t0:.0f} s")
+    name, wf, _ = pl.run_to_end(real, source, tmp_path, "gpu-oom", NS, timeout=300)
     assert wf["status"]["phase"] == "Failed"
     ends: dict[str, list[tuple[int, str]]] = {}
     for pod in sorted(pl.pods_of(real, name, NS),

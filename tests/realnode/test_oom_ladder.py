@@ -3,8 +3,6 @@ and the ladder climbs to a rung that succeeds; `durapipe status` tells the user 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from . import pipelines as pl
@@ -21,12 +19,8 @@ def test_a_real_oom_kill_climbs_the_ladder_to_a_rung_that_fits(real: Real, tmp_p
     # A shard of 3M rows holds ~100 MiB of floats: over a 64Mi rung, well under 256Mi.
     module = pl.overlay(tmp_path, "oom_escalation.pipe", cpu=100,
                         ladder=(64 * MiB, 256 * MiB))
-    pl.deploy(real, module, tmp_path / "deploy")
-    t0 = time.monotonic()
-    name = pl.submit(real, TEMPLATE, NS, "shards=2", "rows=3000000")
-    wf = pl.wait_finished(real, name, NS, timeout=600)
-    took = time.monotonic() - t0
-    print(f"{name} {wf['status']['phase']} in {took:.0f} s")
+    name, wf, _ = pl.run_to_end(real, module, tmp_path, TEMPLATE, NS, "shards=2",
+                                "rows=3000000", timeout=600)
     pl.assert_succeeded(wf)
 
     # What the kubelet saw: the 64Mi pod's main container OOM-killed by the kernel (137), the

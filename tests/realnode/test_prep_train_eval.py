@@ -64,13 +64,8 @@ def run_locally(tmp: Path, module: str, *args: str) -> None:
 def test_prep_train_eval_runs_every_container_and_a_resubmission_hits_the_cache(
         real: Real, tmp_path: Path) -> None:
     module = pl.overlay(tmp_path, "prep_train_eval.pipe", cpu=100, memory=256 * 2**20)
-    pl.deploy(real, module, tmp_path / "deploy")
-
-    t0 = time.monotonic()
-    first = pl.submit(real, TEMPLATE, NS, "snapshot=2026-11-02", "max_depth=3")
-    wf = pl.wait_finished(real, first, NS, timeout=600)
-    took = time.monotonic() - t0
-    print(f"first run {wf['status']['phase']} in {took:.0f} s")
+    first, wf, _ = pl.run_to_end(real, module, tmp_path, TEMPLATE, NS, "snapshot=2026-11-02",
+                                 "max_depth=3", timeout=600)
     pl.assert_succeeded(wf)
 
     # prep's table as the wait container uploaded it is the table churn.prep makes for this

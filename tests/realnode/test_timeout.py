@@ -5,8 +5,6 @@ once that budget is spent, after about two deadlines of real time."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from . import pipelines as pl
@@ -42,12 +40,7 @@ def test_each_attempt_ends_at_its_deadline_and_spends_the_preemption_budget(real
                                                                              tmp_path) -> None:
     source = tmp_path / "slow.pipe"
     source.write_text(SOURCE)
-    pl.deploy(real, source, tmp_path / "deploy")
-    t0 = time.monotonic()
-    name = pl.submit(real, "slow", NS)
-    wf = pl.wait_finished(real, name, NS, timeout=300)
-    took = time.monotonic() - t0
-    print(f"{name} {wf['status']['phase']} in {took:.0f} s (deadline {DEADLINE_S} s per attempt)")
+    name, wf, took = pl.run_to_end(real, source, tmp_path, "slow", NS, timeout=300)
     assert wf["status"]["phase"] == "Failed"
     pods = sorted(pl.pods_of(real, name, NS), key=lambda p: p["metadata"]["creationTimestamp"])
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # first attempt + 1 preemption
