@@ -134,9 +134,38 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float,
     raise ToolError(f"{what} not ready after {timeout:.0f} s")
 
 
-#: Prefix that makes a process die with the one that started it (util-linux, essential on
-#: Debian; where it is missing, teardown and atexit are all there is).
-_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child die with the process that started it (Linux's
+    ``PR_SET_PDEATHSIG``), or None where libc's ``prctl`` is not there.
+
+    Set in the child between fork and exec, so by the time ``Popen`` returns the signal is
+    armed.  ``setpriv --pdeathsig`` armed it only once setpriv itself ran: a parent killed in
+    that window (a loaded CI machine) left the child running for good.  The parent may also
+    die between the fork and the ``prctl``; the child then sees another parent and exits."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        prctl = ctypes.CDLL(name, use_errno=True).prctl if name else None
+    except (OSError, AttributeError):
+        prctl = None
+    if prctl is None:
+        return None
+    pr_set_pdeathsig = 1
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+#: Makes a process die with the one that started it; where it is missing, teardown and atexit
+#: are all there is.
+_DIE_WITH_PARENT = _parent_death_signal()
 
 
 @dataclass
@@ -161,14 +190,14 @@ def spawn(name: str, args: list[str], cwd: Path, env: dict[str, str]) -> Proc:
         # start_new_session: a signal to the pytest process group does not reach these
         # before stop() does, and stop() signals each one by its own pid only.  A pytest
         # killed outright (CI's timeout, a SIGTERM) runs no teardown: the kernel then
-        # kills them, by the parent-death signal setpriv sets before it execs the binary.
+        # kills them, by the parent-death signal armed before the binary is executed.
         # The kernel's "parent" is the thread that forks, so only the main thread's
         # children can die with it (a helper thread's would die when that thread ends).
         main = threading.current_thread() is threading.main_thread()
-        prefix = _DIE_WITH_PARENT if main else []
-        popen = subprocess.Popen([*prefix, *args], stdout=fh, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                                 start_new_session=True)
+                                 start_new_session=True,
+                                 preexec_fn=_DIE_WITH_PARENT if main else None)
     return Proc(name, popen, log)
 
 

@@ -118,7 +118,7 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.skipif(not _DIE_WITH_PARENT, reason="setpriv (util-linux) is not installed")
+@pytest.mark.skipif(not _DIE_WITH_PARENT, reason="no prctl in libc (not Linux)")
 def test_a_test_process_killed_outright_takes_its_processes_with_it(tmp_path: Path) -> None:
     # No teardown runs in a pytest killed by CI's timeout or a SIGTERM; what it started must
     # not go on holding ports and CPU.  Spawned exactly as the control plane's processes are.
