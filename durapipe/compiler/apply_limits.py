@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from durapipe.compiler.cli import Compiled
     from durapipe.dsl.diagnostics import Diagnostic
 
 #: Kubernetes' limit on the total size of an object's annotations (TotalAnnotationSizeLimitB).
@@ -41,19 +40,15 @@ def annotation_bytes(doc: dict[str, Any]) -> int:
     return others + len(LAST_APPLIED) + value
 
 
-def _objects(compiled: list[Compiled]) -> Iterable[tuple[dict[str, Any], str]]:
-    for item in compiled:
-        for doc in (*item.documents, *item.rbac, *item.runtime_objects):
-            yield doc, item.source
-
-
-def apply_limit_diagnostics(compiled: list[Compiled]) -> list[Diagnostic]:
-    """P0409 for each object a client-side apply could not store (each runtime object once)."""
+def apply_limit_diagnostics(objects: Iterable[tuple[dict[str, Any], str]]
+                            ) -> list[Diagnostic]:
+    """P0409 for each object (with the source it comes from) that a client-side apply could
+    not store; an object several pipelines share is reported once."""
     from durapipe.dsl.diagnostics import Diagnostic
 
     found: list[Diagnostic] = []
     seen: set[tuple[str, str, str]] = set()
-    for doc, source in _objects(compiled):
+    for doc, source in objects:
         meta = doc.get("metadata", {})
         key = (str(doc.get("kind")), str(meta.get("namespace", "")), str(meta.get("name")))
         if key in seen or server_side(doc):
@@ -67,8 +62,10 @@ def apply_limit_diagnostics(compiled: list[Compiled]) -> list[Diagnostic]:
                 f"client-side apply (its last-applied-configuration), over the "
                 f"{ANNOTATION_LIMIT:,} bytes Kubernetes allows: a default Argo CD sync and "
                 "`kubectl apply` cannot apply it",
-                help="split the pipeline into several, or ship the runtime in an image "
-                     "(--runtime-image) if it is the runtime's ConfigMap",
+                help=("ship the runtime in an image (--runtime-image)"
+                      if doc.get("kind") == "ConfigMap" else
+                      "split the pipeline into several, or move long text (commands, env "
+                      "values) into files of the image"),
                 location=source))
     return found
 

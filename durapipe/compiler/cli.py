@@ -369,7 +369,9 @@ def compile_sources(paths: list[str], args: argparse.Namespace) -> tuple[list[Co
     if not failed and gitops(args):
         from durapipe.compiler.apply_limits import apply_limit_diagnostics
 
-        diagnostics.extend(apply_limit_diagnostics(compiled))
+        diagnostics.extend(apply_limit_diagnostics(
+            (doc, c.source) for c in compiled
+            for doc in (*c.documents, *c.rbac, *c.runtime_objects)))
         failed = any(getattr(d, "is_error", False) for d in diagnostics)
     if diagnostics:
         text = _render(diagnostics, args.format)
