@@ -1,6 +1,6 @@
 """How to install what an optional extra adds, in words that work: durapipe is installed from
-its git repository or a wheel built from it (README, "Install"), not from PyPI, so
-``pip install 'durapipe[lsp]'`` would find nothing.  The extra's own packages are on PyPI and
+its git repository or a wheel built from it (README, "Install"), not from PyPI, so a
+requirement on ``durapipe[lsp]`` alone would find nothing there.  The extra's own packages are on PyPI and
 go into the environment durapipe already runs in.  ``tests/test_gitops_tools.py`` checks these
 against ``pyproject.toml`` and that no message names a ``durapipe[...]`` requirement."""
 
