@@ -167,8 +167,10 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     try:
         from durapipe.lsp import server
     except ImportError as exc:  # the optional extra is not installed
+        from durapipe.extras import install_hint
+
         print(f"durapipe lsp needs the `lsp` extra ({exc.name} is missing): "
-              "pip install 'durapipe[lsp]'", file=sys.stderr)
+              f"{install_hint('lsp')}", file=sys.stderr)
         return 2
     return server.main()
 

@@ -121,9 +121,12 @@ def test_pre_commit_hooks_run_with_try_repo(tmp_path: Path) -> None:
     proc = try_repo("durapipe-fmt")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "durapipe fmt --check" in proc.stdout
-    # ... and durapipe-compile needs its output directory as args, which only a config
-    # gives: the user's `.pre-commit-config.yaml`, at this checkout's HEAD (one more install,
-    # shared by the three hooks).
+    # ... durapipe-compile without args finds the directory of compiled output itself (the
+    # issue: it failed with `--check needs -o`) ...
+    proc = try_repo("durapipe-compile")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # ... and a config gives it the directory as args: the user's `.pre-commit-config.yaml`,
+    # at this checkout's HEAD (one more install, shared by the three hooks).
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                           text=True, check=True).stdout.strip()
     (user / ".pre-commit-config.yaml").write_text(yaml.safe_dump({"repos": [{
@@ -153,3 +156,104 @@ def test_pre_commit_hooks_run_with_try_repo(tmp_path: Path) -> None:
     _git(user, "add", "-A")
     proc = run("durapipe-check")
     assert proc.returncode == 1 and "P0201" in proc.stdout, proc.stdout
+
+
+def _pre_commit() -> str:
+    found = shutil.which("pre-commit", path=str(Path(sys.executable).parent)) or \
+        shutil.which("pre-commit")
+    if found is None or shutil.which("git") is None:
+        pytest.skip("pre-commit (the test extra) or git is not installed")
+    return found
+
+
+def _local_hook(hook_id: str, args: list[str]) -> dict[str, object]:
+    """The project's hook definition as a `repo: local` hook: the same files, always_run and
+    serial settings, run with this checkout (`language: system`, no environment to build)."""
+    [hook] = [h for h in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+              if h["id"] == hook_id]
+    entry = str(hook["entry"]).replace("durapipe", f"{sys.executable} -m durapipe", 1)
+    return {**hook, "entry": entry, "language": "system", "args": args}
+
+
+def _gitops_repository(root: Path) -> list[Path]:
+    """The examples and five more pipelines in pipelines/ (ten files, so that pre-commit
+    splits them), compiled into deploy/, committed."""
+    _git(root, "init", "-q")
+    (root / "pipelines").mkdir()
+    files = []
+    for path in EXAMPLES:
+        files.append(root / "pipelines" / path.name)
+        shutil.copy(path, files[-1])
+        twin = root / "pipelines" / f"copy_{path.name}"
+        text = path.read_text()
+        name = text.split('pipeline "', 1)[1].split('"', 1)[0]
+        twin.write_text(text.replace(f'pipeline "{name}"', f'pipeline "{name}-copy"', 1))
+        files.append(twin)
+    subprocess.run([sys.executable, "-m", "durapipe", "compile",
+                    *(str(f.relative_to(root)) for f in files), "-o", "deploy/",
+                    "--kustomization", "--namespaces"],
+                   cwd=root, check=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return sorted(files)
+
+
+@pytest.mark.slow
+def test_pre_commit_splits_the_files_and_the_compile_hook_still_passes(tmp_path: Path) -> None:
+    """The issue: each process of pre-commit saw some of the pipelines and called the shared
+    durapipe-runtime.yaml stale.  `TRAVIS` is pre-commit's own switch for two processes
+    (lang_base.target_concurrency), so the list is split on a one-core machine too; a
+    recorder hook with the same file filter proves it was."""
+    pre_commit = _pre_commit()
+    user = tmp_path / "user"
+    user.mkdir()
+    files = _gitops_repository(user)
+    recorder = {"id": "record", "name": "record", "language": "system", "files": r"\.pipe$",
+                "entry": f"{sys.executable} -c \"import sys; open('{tmp_path}/calls', 'a')"
+                         ".write(' '.join(sys.argv[1:]) + chr(10))\""}
+    config = {"repos": [{"repo": "local", "hooks": [
+        _local_hook("durapipe-compile", ["-o", "deploy/"]),
+        {**_local_hook("durapipe-compile", []), "id": "durapipe-compile-found",
+         "name": "compile --check, directory found"},
+        recorder]}]}
+    (user / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    _git(user, "add", "-A")
+    _git(user, "commit", "-q", "-m", "pipelines", "--no-verify")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache"), "TRAVIS": "1",
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([pre_commit, "run", "--all-files"], cwd=user, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) >= 2 and all(len(c.split()) < len(files) for c in calls), calls
+    assert sorted(f for c in calls for f in c.split()) == sorted(
+        str(f.relative_to(user)) for f in files)
+    subprocess.run([pre_commit, "install"], cwd=user, env=env, check=True,
+                   capture_output=True, timeout=60)
+
+    def commit(message: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "commit", "-q", "-m", message], cwd=user, env={
+            **env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
+            capture_output=True, text=True, timeout=600, check=False)
+
+    # A commit touching one .pipe file, not compiled again: refused, deploy/ is stale.
+    train = user / "pipelines" / "prep_train_eval.pipe"
+    train.write_text(train.read_text().replace("attempts = 1", "attempts = 2", 1))
+    _git(user, "add", "-A")
+    proc = commit("more attempts")
+    assert proc.returncode != 0 and "stale" in proc.stdout + proc.stderr, proc.stdout
+    # Compiled again (that file alone, the directory kept whole): accepted.
+    compile_ = [sys.executable, "-m", "durapipe", "compile", "-o", "deploy/"]
+    subprocess.run([*compile_, "pipelines/prep_train_eval.pipe"], cwd=user, env=env,
+                   check=True, timeout=120)
+    _git(user, "add", "-A")
+    proc = commit("more attempts")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # A commit that deletes a pipeline: its compiled files are orphans until --prune.
+    (user / "pipelines" / "copy_gpu_fallback.pipe").unlink()
+    _git(user, "add", "-A")
+    proc = commit("drop a copy")
+    assert proc.returncode != 0 and "orphan" in proc.stdout + proc.stderr, proc.stdout
+    subprocess.run([*compile_, "--prune"], cwd=user, env=env, check=True, timeout=120)
+    _git(user, "add", "-A")
+    proc = commit("drop a copy")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -98,9 +98,11 @@ def _client_module() -> Any:
     try:
         import kubernetes
     except ImportError as exc:
+        from durapipe.extras import install_hint
+
         raise ClusterError(
             f"this command needs the `cluster` extra ({exc.name} is missing): "
-            "pip install 'durapipe[cluster]'") from None
+            f"{install_hint('cluster')}") from None
     return kubernetes
 
 

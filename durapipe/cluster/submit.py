@@ -145,7 +145,9 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
 
             docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except ImportError:
-        return _fail("reading YAML needs the `cluster` extra: pip install 'durapipe[cluster]'")
+        from durapipe.extras import install_hint
+
+        return _fail(f"reading YAML needs the `cluster` extra: {install_hint('cluster')}")
     except ValueError as exc:  # JSONDecodeError, and yaml.YAMLError via its mark text
         return _fail(f"{path} is not valid JSON: {exc}")
     except Exception as exc:  # yaml.YAMLError has no common base with the stdlib's

@@ -220,6 +220,15 @@ cannot hand output parameters to Argo, and JobSet restarts replace Argo retries.
 setting or split the stage."""),
     Code("P0408", "output kind needs a setting", """
 `kind = "cron"` (or `--kind cron`) needs at least one `schedule`."""),
+    Code("P0409", "object too large for a default Argo CD sync", """
+Argo CD syncs with client-side apply unless told otherwise, and so does `kubectl apply`: each
+object is stored whole, as JSON, in its `kubectl.kubernetes.io/last-applied-configuration`
+annotation, and Kubernetes refuses an object whose annotations exceed 262,144 bytes.
+`durapipe compile` refuses GitOps output (`-o DIR/`, `--gitops`) that holds such an object,
+rather than leaving the sync to fail.  Split the pipeline into several (a Workflow of some
+hundred stages can get there), or, for the runtime's ConfigMap, ship the runtime in an image
+(`--runtime-image`).  An object annotated `argocd.argoproj.io/sync-options:
+ServerSideApply=true` is applied server-side, keeps no such annotation and is not counted."""),
     # -- warnings -------------------------------------------------------------------------
     Code("W0001", "unused parameter", """
 A param is declared but no stage refers to it."""),
