@@ -212,10 +212,12 @@ LAYERS = {
     "plan": {"dsl", "runtime"},
     "compiler": {"__init__", "files", "dsl", "plan", "runtime"},
     "runner": {"__init__", "files", "dsl", "plan", "compiler", "runtime"},
-    "cluster": {"__init__", "files", "dsl", "plan", "compiler", "runtime"},
+    "cluster": {"__init__", "files", "extras", "dsl", "plan", "compiler", "runtime"},
     "diagram": {"__init__", "files", "dsl", "plan", "compiler"},
     "lsp": {"__init__", "files", "grammars", "dsl", "plan", "compiler", "diagram"},
     "files": set(),
+    # How to install an optional extra: the words of the "missing extra" messages.
+    "extras": set(),
 }
 
 
