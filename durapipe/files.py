@@ -6,6 +6,18 @@ import os
 from pathlib import Path
 
 
+def user_cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/durapipe`` (``~/.cache/durapipe``), created; ``None`` where it cannot
+    be (a read-only home): every cache in it is an optimisation, never needed."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = Path(base) / "durapipe"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return directory
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = True) -> None:
     """Replace ``path`` by write-then-rename in its own directory, keeping its mode.
 

@@ -208,7 +208,7 @@ def test_the_argo_lowering_has_its_stage_lowering_above_the_jobset() -> None:
 LAYERS = {
     "runtime": {"__init__"},
     "grammars": set(),
-    "dsl": {"__init__", "grammars"},
+    "dsl": {"__init__", "files", "grammars"},
     "plan": {"dsl", "runtime"},
     "compiler": {"__init__", "files", "dsl", "plan", "runtime"},
     "runner": {"__init__", "files", "dsl", "plan", "compiler", "runtime"},

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from durapipe.compiler.context import CompileContext
+from durapipe.files import user_cache_dir, write_atomic
 from durapipe.runtime import build_zipapp, contract
 
 Json = dict[str, Any]
@@ -28,7 +31,39 @@ HASH_CHARS = 12
 
 @functools.cache
 def _installed_archive() -> bytes:
-    return build_zipapp.archive_bytes()
+    """The installed runtime's zipapp.  Deflating it costs ~0.4 s and every compile needs it,
+    while its bytes depend only on the runtime's sources and on the builder: so it is kept in
+    the user's cache under a digest of both.  The entry holds the archive's own SHA-256 before
+    the archive, and a damaged entry (truncated, overwritten) is rebuilt over, so the cache can
+    never change the output."""
+    sources = build_zipapp.sources()
+    key = hashlib.sha256(Path(build_zipapp.__file__).read_bytes())
+    for name, data in sorted(sources.items()):
+        key.update(f"\0{name}\0{len(data)}\0".encode())
+        key.update(data)
+    directory = user_cache_dir()
+    entry = directory / f"runtime-{key.hexdigest()[:32]}.zipapp" if directory else None
+    if entry is not None:
+        cached = _read_entry(entry)
+        if cached is not None:
+            return cached
+    data = build_zipapp.archive_bytes()
+    if entry is not None:
+        try:
+            write_atomic(entry, hashlib.sha256(data).hexdigest().encode() + b"\n" + data,
+                         durable=False)
+        except OSError:
+            pass  # a read-only or full cache only costs the next compile the deflate
+    return data
+
+
+def _read_entry(entry: Path) -> bytes | None:
+    try:
+        raw = entry.read_bytes()
+    except OSError:
+        return None
+    recorded, _, data = raw.partition(b"\n")
+    return data if recorded == hashlib.sha256(data).hexdigest().encode() else None
 
 
 def archive(ctx: CompileContext) -> bytes:

@@ -26,6 +26,7 @@ import lark
 from lark.exceptions import UnexpectedInput
 
 from durapipe import __version__, grammars
+from durapipe.files import user_cache_dir
 from durapipe.dsl import syntax as st
 from durapipe.dsl.diagnostics import Diagnostic, error
 from durapipe.dsl.parse_recovery import (
@@ -86,11 +87,8 @@ def _cache_path() -> str | None:
     """
     if os.environ.get("DURAPIPE_NO_GRAMMAR_CACHE"):
         return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    directory = os.path.join(base, "durapipe")
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError:
+    directory = user_cache_dir()
+    if directory is None:
         return None
     return os.path.join(directory, f"pipe-grammar-{__version__}.lark-cache")
 

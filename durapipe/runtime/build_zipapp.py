@@ -19,6 +19,7 @@ module itself is left out: the pod never imports it.
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
 import os
 import struct
@@ -142,14 +143,7 @@ _LEN_SYMBOL[258] = 28
 
 
 def _dist_symbol(d: int) -> int:
-    lo, hi = 0, 29
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _DIST_BASE[mid] <= d:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return bisect.bisect_right(_DIST_BASE, d) - 1
 
 
 def _longest(data: bytes, i: int, end: int, candidates: list[int]) -> tuple[int, int]:

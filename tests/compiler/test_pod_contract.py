@@ -452,3 +452,25 @@ def test_kustomize_builds_a_directory_whose_pipelines_share_the_runtime(tmp_path
             names = {v["configMap"]["name"] for t in doc["spec"]["templates"]
                      for v in t.get("volumes", []) if "configMap" in v}
             assert names == {configmap["metadata"]["name"]}
+
+
+def test_the_cached_zipapp_is_the_built_one_and_a_damaged_entry_is_rebuilt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiles take the deflated runtime from the user's cache; the cache can only save time,
+    never change the ConfigMap: a damaged entry is rebuilt, and what comes back is the build."""
+    from durapipe.compiler import runtime_delivery
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    build = runtime_delivery._installed_archive.__wrapped__  # type: ignore[attr-defined]
+    built = archive_bytes()
+    assert build() == built
+    (entry,) = (tmp_path / "durapipe").glob("runtime-*.zipapp")
+    whole = entry.read_bytes()
+    for damaged in (whole[: len(whole) // 2], whole[:-1] + bytes([whole[-1] ^ 1]), b"",
+                    b"0" * 64 + b"\n" + built):
+        entry.write_bytes(damaged)
+        assert build() == built
+        assert entry.read_bytes() == whole, "the damaged entry was rebuilt over"
+    entry.unlink()
+    entry.mkdir()  # neither readable nor replaceable, even by root
+    assert build() == built  # a cache that cannot be used costs only time
