@@ -83,6 +83,8 @@ class SaveHandle:
         self.deadline = deadline or Deadline(checkpoint.grace_seconds)
         self._done = threading.Event()
         self._result: dict[str, Any] | None = None
+        #: Saved by a process that is not the line's writer: nothing was staged.
+        self.skipped = False
         #: The last failure of an attempt that is being retried (for the timeout message).
         self.last_error: str | None = None
 
@@ -95,11 +97,15 @@ class SaveHandle:
             return True
         return self._checkpoint.uploader == "sidecar" and self._checkpoint._poll_result(self)
 
-    def wait(self, timeout: float | None = None) -> Commit:
+    def wait(self, timeout: float | None = None) -> Commit | None:
         """Block until committed; raise :class:`CheckpointError` if it failed and
         :class:`CheckpointDeadlineExceeded` if it is not committed within ``timeout`` seconds
         (by default: what is left of this save's :class:`Deadline`; a timeout is counted from
-        the call, and a stop request cuts either short at the stop deadline)."""
+        the call, and a stop request cuts either short at the stop deadline).  ``None`` for
+        the save of a process that is not its line's writer (a torchrun rank other than 0),
+        which stages and commits nothing."""
+        if self.skipped:
+            return None
         deadline = self.deadline if timeout is None else Deadline(self._checkpoint.grace_seconds,
                                                                   timeout)
         if not self._checkpoint._wait_result(self, deadline):
@@ -116,7 +122,7 @@ class SaveHandle:
             tuple(self._result.get("repaired", ())),
         )
 
-    def __await__(self) -> Generator[Any, None, Commit]:
+    def __await__(self) -> Generator[Any, None, Commit | None]:
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(None, self.wait).__await__()
 
@@ -145,6 +151,7 @@ class Checkpoint:
         store: Store | None = None,
         load_attempts: int = 5,
         grace_seconds: float | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if uploader not in ("thread", "sidecar"):
             raise ValueError(f"uploader must be 'thread' or 'sidecar', got {uploader!r}")
@@ -158,6 +165,13 @@ class Checkpoint:
         #: The pod's grace period: every wait without a timeout is bounded by it.
         self.grace_seconds = (grace_from_env() if grace_seconds is None
                               else contract.parse_grace_seconds(grace_seconds))
+        ranks = os.environ if env is None else env
+        #: torchrun's ranks (0 and 0 for one process).  Every process of a multi-node stage
+        #: restores, each into a directory of its own; only global rank 0 writes, so the line
+        #: keeps one writer however many processes call ``save``.
+        self.rank = contract.distributed_rank(ranks, contract.ENV_RANK)
+        self.local_rank = contract.distributed_rank(ranks, contract.ENV_LOCAL_RANK)
+        self._skip_logged = False
         self._restored: Restored | None = None
         #: A restore given up at its deadline that may still be running (see load_sync).
         self._restoring: threading.Thread | None = None
@@ -181,6 +195,7 @@ class Checkpoint:
             spool_dir=env.get(contract.ENV_SPOOL_DIR) or None,
             uploader=env.get(contract.ENV_UPLOADER) or "thread",
             grace_seconds=grace_from_env(env),
+            env=env,
         )
 
     # -- save --------------------------------------------------------------------------------
@@ -192,8 +207,18 @@ class Checkpoint:
         """Stage ``data`` (bytes, a file or a directory) and upload it in the background.
 
         Blocks only while the data is copied into the spool directory.  The returned handle
-        can be waited on (``.wait()``) or awaited.
+        can be waited on (``.wait()``) or awaited.  On a process that is not the line's
+        writer (``is_writer`` false: torchrun rank > 0) it stages nothing and the handle's
+        ``wait()`` returns ``None``: rank 0's save is the one the line keeps.
         """
+        if not self.is_writer:
+            if not self._skip_logged:
+                self._skip_logged = True
+                log.info("rank %d: checkpoint saves are rank 0's; this one is skipped", self.rank)
+            skipped = SaveHandle(self, f"skipped-rank-{self.rank}")
+            skipped.skipped = True
+            skipped._done.set()
+            return skipped
         request_dir = stage(data, self.spool_dir, metadata, restore_dir=self._restore_dir)
         handle = SaveHandle(self, request_dir.name)
         if self.uploader == "thread":
@@ -207,8 +232,9 @@ class Checkpoint:
         self,
         data: bytes | bytearray | memoryview | str | os.PathLike[str],
         metadata: Mapping[str, Any] | None = None,
-    ) -> Commit:
-        """Save and wait until committed (Flyte's ``save_sync``)."""
+    ) -> Commit | None:
+        """Save and wait until committed (Flyte's ``save_sync``); ``None`` where
+        :meth:`save` skips (not the line's writer)."""
         return self.save(data, metadata).wait()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -424,8 +450,17 @@ class Checkpoint:
         return self.load_async()
 
     @property
+    def is_writer(self) -> bool:
+        """Whether this process writes the line: the only process, or torchrun's rank 0."""
+        return self.rank == 0
+
+    @property
     def _restore_dir(self) -> Path:
-        return self.path / "restored"
+        # Processes of one node share ``path``: concurrent restores into one directory would
+        # replace each other's files, so each local rank but the first has its own.
+        if self.local_rank == 0:
+            return self.path / "restored"
+        return self.path / f"restored.local-rank-{self.local_rank}"
 
     @property
     def restored_commit(self) -> Commit | None:

@@ -97,6 +97,27 @@ EXIT_GPU_OOM: Final = 86
 EXIT_USAGE: Final = 64
 RESERVED_EXIT_CODES: Final = frozenset({EXIT_HOST_OOM, EXIT_PREEMPTED, EXIT_GPU_OOM, EXIT_USAGE})
 
+# -- distributed training (torchrun's environment) ---------------------------------------------
+#: The process's global rank under torchrun: only rank 0 writes the stage's checkpoint line.
+ENV_RANK: Final = "RANK"
+#: The process's rank on its node under torchrun: each restores into a directory of its own.
+ENV_LOCAL_RANK: Final = "LOCAL_RANK"
+
+
+def distributed_rank(env: Mapping[str, str], name: str) -> int:
+    """``RANK`` or ``LOCAL_RANK`` as torchrun sets it; 0 where unset (one process)."""
+    text = env.get(name, "").strip()
+    if not text:
+        return 0
+    try:
+        rank = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a process rank (a whole number)") from None
+    if rank < 0:
+        raise ValueError(f"{name}={text!r} is not a process rank (a whole number >= 0)")
+    return rank
+
+
 # -- files the wrapper and the in-process SDK exchange -----------------------------------------
 #: Directory the wrapper creates for the user process (exported to it under this name).
 ENV_CONTROL_DIR: Final = "DURAPIPE_CONTROL_DIR"

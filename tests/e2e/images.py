@@ -5,7 +5,8 @@
   is the one layer), with ``python`` meaning ``python3`` (``python-is-python3``);
 - ``EXAMPLES_IMAGE``: that Python with the examples' stage programs on top (the ``churn`` and
   ``features`` packages importable, ``train.py`` and the rest in the working directory
-  ``/app``), answering to every image name the compiled ``examples/*.pipe`` use
+  ``/app``, and ``torchrun``: the stand-in launcher ``tests/torchrun_standin.py``), answering
+  to every image name the compiled ``examples/*.pipe`` use
   (``example_image_names``, ``tag_names_for``), so the examples' output runs unchanged;
 - ``ARGOEXEC_IMAGE``: Argo's ``argoexec`` v4.1.2 built from ``../shared``'s source
   (``CGO_ENABLED=0``) at ``/bin/argoexec``, as Argo's own image has it.
@@ -35,6 +36,7 @@ from argo.argo_tools import ToolError, _locked, argo_source_or_skip, build_go_co
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
+TORCHRUN_STANDIN = REPO_ROOT / "tests" / "torchrun_standin.py"
 PAUSE_SOURCE = Path(__file__).with_name("pause.c")
 
 #: containerd's sandbox image (its config names it; the kubelet 1.35 default tag).
@@ -241,6 +243,9 @@ def _example_files() -> list[tuple[str, bytes, int]]:
         files.append((f"app/{path.name}", path.read_bytes(), 0o644))
     for path in sorted((EXAMPLES / "configs").glob("*")):
         files.append((f"app/configs/{path.name}", path.read_bytes(), 0o644))
+    # The multi-node example runs under torchrun; the image has no torch, so the stand-in
+    # launcher (tests/torchrun_standin.py: workers and their ranks, no rendezvous) is torchrun.
+    files.append(("usr/local/bin/torchrun", TORCHRUN_STANDIN.read_bytes(), 0o755))
     return files
 
 

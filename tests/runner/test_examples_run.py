@@ -19,20 +19,9 @@ from durapipe.dsl import load_path
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PIPES = sorted(EXAMPLES.glob("*.pipe"))
 
-#: A stand-in for torchrun's process launching (no rendezvous, which these scripts do not
-#: need): `--nproc-per-node=N SCRIPT ARGS` starts N copies with RANK, LOCAL_RANK, WORLD_SIZE.
-TORCHRUN = """\
-import os, subprocess, sys
-args = sys.argv[1:]
-n = 1
-while args and args[0].startswith("--"):
-    flag = args.pop(0)
-    if flag.startswith("--nproc-per-node"):
-        n = int(flag.split("=", 1)[1]) if "=" in flag else int(args.pop(0))
-procs = [subprocess.Popen([sys.executable, *args], env={**os.environ, "RANK": str(r),
-         "LOCAL_RANK": str(r), "WORLD_SIZE": str(n)}) for r in range(n)]
-sys.exit(max(p.wait() for p in procs))
-"""
+#: torchrun's process launching without torch (workers and their ranks; no rendezvous, which
+#: these scripts do not need): the launcher the real node's examples image carries too.
+TORCHRUN = (Path(__file__).resolve().parents[1] / "torchrun_standin.py").read_text()
 
 
 def test_every_example_is_covered() -> None:
