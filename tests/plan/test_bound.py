@@ -1,0 +1,238 @@
+"""`durapipe bound`: each number of a small hand-made pipeline derived by hand, the examples'
+bounds snapshotted, the stages without a bound diagnosed, the command line's table and JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from syrupy.assertion import SnapshotAssertion
+
+from durapipe.cli import main
+from durapipe.dsl import catalog, loads
+from durapipe.dsl.model import Pipeline
+from durapipe.plan import bound_render
+from durapipe.plan.bound import Prices, parse_prices, pipeline_bound, stage_bound
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.pipe"))
+#: Round prices, so each figure below can be worked out by hand.
+ROUND = Prices({"L4": 1.0, "H100": 10.0}, cpu_hour=0.25, memory_gib_hour=0.125)
+
+
+def pipeline(text: str) -> Pipeline:
+    loaded = loads('pipeline "p" { storage = "s3://b/p" }\n' + text)
+    assert loaded.ok and loaded.pipeline is not None, loaded.diagnostics
+    return loaded.pipeline
+
+
+LADDER = pipeline("""
+stage "s" {
+  image   = "i:1"  command = ["x"]
+  timeout = 1h
+  resources {
+    cpu = 4
+    gpu { count = 2  types = ["L4"] }
+  }
+  retry {
+    attempts    = 1
+    preemptions = 1
+    backoff     = 1m
+    on_oom { memory = [8Gi, 16Gi] }
+  }
+}
+""")
+
+
+def test_worst_case_spends_every_budget_once_each_attempt_to_its_timeout() -> None:
+    found = stage_bound(LADDER.stages[0], ROUND)
+    assert found.unbounded is None and found.worst is not None and found.best is not None
+    worst = found.worst
+    # An OOM climb (8Gi -> 16Gi), one application retry, one preemption, the last attempt.
+    assert worst.attempts == 4
+    # Four attempts of 1h and the one backoff before the application retry.
+    assert worst.wall_seconds == 4 * 3600 + 60
+    assert worst.gpu_hours == 4 * 2
+    assert worst.node_hours == 4
+    # Per hour: 2 GPUs x $1 + 4 vCPU x $0.25 + memory x $0.125/GiB: $4 at 8Gi, $5 at 16Gi;
+    # the dearest path runs once at 8Gi and three times at 16Gi.
+    assert worst.cost == pytest.approx(4 + 3 * 5)
+    assert worst.gpu_hours_by_type == {"L4": 8}
+    assert worst.node_hours_by_type == {"L4": 4}
+
+
+def test_best_case_is_one_attempt_on_the_first_rung() -> None:
+    best = stage_bound(LADDER.stages[0], ROUND).best
+    assert best is not None
+    assert (best.attempts, best.wall_seconds, best.gpu_hours, best.node_hours) == \
+        (1, 3600, 2, 1)
+    assert best.cost == pytest.approx(4)
+
+
+def test_fallback_wait_is_spent_and_each_figure_takes_its_own_worst_path() -> None:
+    found = stage_bound(pipeline("""
+stage "s" {
+  image   = "i:1"  command = ["x"]
+  timeout = 2h
+  resources { gpu { count = 1  types = ["H100", "L4"]  fallback_after = 30m } }
+  retry { preemptions = 0 }
+}
+""").stages[0], ROUND).worst
+    assert found is not None
+    # No H100 within 30m, then 2h on an L4; or an H100 after 29m59s and 2h there.
+    assert found.wall_seconds == 30 * 60 + 2 * 3600
+    # One attempt runs either way: 2 GPU-hours, on either type; the H100 path costs most.
+    assert found.gpu_hours == 2
+    assert found.gpu_hours_by_type == {"H100": 2, "L4": 2}
+    assert found.cost == pytest.approx(2 * 10)
+
+
+def test_pipeline_wall_follows_the_critical_path_and_sums_the_rest() -> None:
+    three = pipeline("""
+stage "a" {
+  image   = "i:1"  command = ["x"]
+  timeout = 1h
+  resources { cpu = 2 }
+  retry { preemptions = 0 }
+}
+stage "b" {
+  image   = "i:1"  command = ["x"]
+  needs   = [a]
+  timeout = 2h
+  resources { cpu = 2 }
+  retry { preemptions = 0 }
+}
+stage "c" {
+  image   = "i:1"  command = ["x"]
+  needs   = [a]
+  timeout = 30m
+  resources { cpu = 2 }
+  retry { preemptions = 0 }
+}
+""")
+    found = pipeline_bound(three, ROUND)
+    assert found.worst is not None and found.best is not None
+    assert found.critical_path == ("a", "b")
+    assert found.worst.wall_seconds == 3 * 3600
+    assert found.worst.node_hours == 3.5
+    assert found.worst.node_hours_by_type == {"cpu": 3.5}
+    assert found.worst.gpu_hours == 0
+    assert found.worst.cost == pytest.approx(3.5 * 2 * 0.25)
+
+
+def test_multi_node_restarts_count_every_node() -> None:
+    found = stage_bound(pipeline("""
+stage "s" {
+  image   = "i:1"  command = ["x"]
+  timeout = 1h
+  resources { gpu { count = 8  types = ["H100"] } }
+  distributed {
+    replicas               = 2
+    max_restarts           = 1
+    restart_on_maintenance = false
+  }
+}
+""").stages[0], ROUND).worst
+    assert found is not None
+    assert (found.attempts, found.wall_seconds, found.node_hours, found.gpu_hours) == \
+        (2, 2 * 3600, 2 * 2, 2 * 2 * 8)
+    assert found.cost == pytest.approx(2 * 2 * 8 * 10)
+
+
+@pytest.mark.parametrize(("text", "code", "line"), [
+    ('stage "s" {\n  image = "i:1"  command = ["x"]\n}\n', "P0350", 2),
+    ('stage "s" {\n  image = "i:1"  command = ["x"]\n  timeout = 1h\n  resources { cpu = 8 }\n'
+     '  distributed { replicas = 2 }\n}\n', "P0351", 6),
+])
+def test_a_stage_without_a_bound_is_a_diagnostic_at_its_setting(text: str, code: str,
+                                                                 line: int) -> None:
+    loaded = loads('pipeline "p" { storage = "s3://b/p" }\n' + text, "p.pipe")
+    assert loaded.pipeline is not None
+    found = pipeline_bound(loaded.pipeline)
+    assert found.worst is None and found.critical_path == ()
+    problems = bound_render.unbounded_diagnostics(loaded.pipeline, found, loaded.source_map)
+    assert [p.code for p in problems] == [code]
+    assert problems[0].labels[0].span.line == line
+    assert problems[0].help
+
+
+def test_a_gpu_type_without_a_price_names_the_type() -> None:
+    found = stage_bound(LADDER.stages[0], Prices({"H100": 1.0}, 0.0, 0.0))
+    assert (found.unbounded, found.detail, found.worst) == ("unpriced_gpu", "L4", None)
+
+
+def test_every_catalogue_type_has_a_dated_sourced_price() -> None:
+    assert set(catalog.GPU_PRICES) == set(catalog.GPU_TYPES)
+    for price in (*catalog.GPU_PRICES.values(), catalog.CPU_PRICE, catalog.MEMORY_PRICE):
+        assert price.usd_per_hour > 0 and price.as_of and price.source.startswith("https://")
+
+
+def test_price_file_overrides_and_refusals() -> None:
+    base = Prices.default()
+    merged = parse_prices({"gpu": {"H100": 2}, "cpu_hour": 0.5}, base)
+    assert isinstance(merged, Prices)
+    assert merged.gpu["H100"] == 2 and merged.gpu["L4"] == base.gpu["L4"]
+    assert (merged.cpu_hour, merged.memory_gib_hour) == (0.5, base.memory_gib_hour)
+    assert "unknown key `gpus`" in str(parse_prices({"gpus": {}}, base))
+    assert ">= 0" in str(parse_prices({"gpu": {"H100": -1}}, base))
+    assert ">= 0" in str(parse_prices({"cpu_hour": "1"}, base))
+    assert "one JSON object" in str(parse_prices([], base))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_bounds(path: Path, snapshot: SnapshotAssertion,
+                        monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(ROOT)
+    code = main(["bound", str(path.relative_to(ROOT)), "--json"])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert code == (0 if data["pipeline"]["worst"] is not None else 1)
+    data.pop("prices")  # the whole default table: tested on its own above
+    assert data == snapshot
+    assert (code == 1) == ("error[P035" in captured.err)
+
+
+def test_cli_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "prices.json").write_text('{"gpu": {"L4": 1.0}, "cpu_hour": 0.25, '
+                                          '"memory_gib_hour": 0.125}')
+    source = tmp_path / "p.pipe"
+    source.write_text('pipeline "p" { storage = "s3://b/p" }\n' + """
+stage "s" {
+  image   = "i:1"  command = ["x"]
+  timeout = 1h
+  resources {
+    cpu = 4
+    gpu { count = 2  types = ["L4"] }
+  }
+  retry {
+    attempts    = 1
+    preemptions = 1
+    backoff     = 1m
+    on_oom { memory = [8Gi, 16Gi] }
+  }
+}
+""")
+    assert main(["bound", str(source), "--prices", str(tmp_path / "prices.json")]) == 0
+    out = capsys.readouterr().out
+    rows = {re.split(r"\s{2,}", line)[0]: re.split(r"\s{2,}", line)[1:]
+            for line in out.splitlines()[2:] if line and not line.startswith("-")}
+    assert rows["stage"] == ["attempts", "wall", "GPU-hours", "node-hours", "cost (USD)"]
+    for name in ("s", "pipeline"):
+        assert rows[name] == ["4 / 1", "4h1m / 1h", "8.00 / 2.00", "4.00 / 1.00", "19.00 / 4.00"]
+    assert "critical path: s" in out
+    assert main(["bound", str(source), "--prices", str(tmp_path / "prices.json"),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pipeline"]["worst"]["cost_usd"] == 19.0
+    assert data["prices"]["cpu_hour"] == 0.25
+
+
+def test_cli_refuses_a_bad_price_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "prices.json").write_text("{not json")
+    assert main(["bound", str(ROOT / "examples" / "spot_training.pipe"),
+                 "--prices", str(tmp_path / "prices.json")]) == 1
+    err = capsys.readouterr().err
+    assert "error[P0353]" in err and "Traceback" not in err
