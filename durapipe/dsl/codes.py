@@ -261,6 +261,28 @@ GPU-hour), `cpu_hour` (per vCPU-hour) and `memory_gib_hour` (per GiB-hour); each
 finite number >= 0 and overrides the default:
 
     {"gpu": {"H100": 4.1}, "cpu_hour": 0.04, "memory_gib_hour": 0.005}"""),
+    Code("P0354", "a stage's worst case exceeds its `limits`", """
+The stage's `limits` block caps its worst case: wall time (`max_wall`), GPU-hours
+(`max_gpu_hours`) or cost in US dollars (`max_cost`), as `durapipe bound` computes them
+(every retry budget spent, every attempt to its `timeout`).  `check` and `compile` refuse the
+pipeline; the help names the budget whose removal lowers the figure most.  Lower it (or the
+`timeout`, which every worst-case attempt runs to), or raise the limit:
+
+    stage "train" {
+      timeout = 12h
+      retry { preemptions = 3 }           # 4 attempts x 12h = 48h at worst
+      limits { max_wall = 48h }
+    }"""),
+    Code("P0355", "the pipeline's worst case exceeds its `limits`", """
+The pipeline block's `limits` cap the whole pipeline's worst case: `max_wall` along its
+critical path (the chain of stages whose worst wall times sum highest), `max_gpu_hours` and
+`max_cost` summed over every stage.  `check` and `compile` refuse the pipeline and name the
+stage that dominates (for wall time, the critical path's longest stage) and its budget to
+lower:
+
+    pipeline "p" {
+      limits { max_wall = 48h  max_gpu_hours = 2000  max_cost = 5000 }
+    }"""),
     # -- warnings -------------------------------------------------------------------------
     Code("W0001", "unused parameter", """
 A param is declared but no stage refers to it."""),

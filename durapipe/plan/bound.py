@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from durapipe.dsl import catalog
@@ -338,3 +338,48 @@ def parse_prices(data: object, base: Prices) -> Prices | str:
                 return found
             units_[key] = found
     return base.overridden(gpu, units_.get("cpu_hour"), units_.get("memory_gib_hour"))
+
+
+Figure = Literal["max_wall", "max_gpu_hours", "max_cost"]
+
+
+def figure_of(figures: Figures, limit: Figure) -> float:
+    """The figure a limit caps, in the limit's unit (seconds, GPU-hours, dollars)."""
+    return {"max_wall": figures.wall_seconds, "max_gpu_hours": figures.gpu_hours,
+            "max_cost": figures.cost}[limit]
+
+
+def _without(stage: Stage, budget: str) -> Stage | None:
+    """``stage`` with one retry budget taken away, or ``None`` where it has none to take."""
+    retry, dist = stage.retry, stage.distributed
+    if budget == "retry.attempts" and retry.attempts:
+        return replace(stage, retry=replace(retry, attempts=0))
+    if budget == "retry.preemptions" and retry.preemptions and dist is None:
+        return replace(stage, retry=replace(retry, preemptions=0))
+    if budget == "retry.on_oom" and retry.on_oom is not None and len(retry.on_oom.memory) > 1:
+        top = retry.on_oom.memory[-1]
+        return replace(stage, retry=replace(retry, on_oom=None),
+                       resources=replace(stage.resources, memory=top))
+    if budget == "distributed.max_restarts" and dist is not None and dist.max_restarts:
+        return replace(stage, distributed=replace(dist, max_restarts=0))
+    return None
+
+
+#: The budgets a stage's worst case multiplies, in the order a tie names them.
+BUDGETS = ("retry.preemptions", "retry.attempts", "retry.on_oom", "distributed.max_restarts")
+
+
+def dominant_budget(stage: Stage, limit: Figure, prices: Prices | None = None) \
+        -> tuple[str, float]:
+    """The budget whose removal lowers ``limit``'s figure of ``stage`` most, and by how much;
+    ``("timeout", ...)`` when no budget adds anything (every attempt runs to it)."""
+    base = stage_bound(stage, prices).worst
+    if base is None:
+        return "timeout", 0.0
+    best, saved = "timeout", 0.0
+    for budget in BUDGETS:
+        lighter = _without(stage, budget)
+        found = stage_bound(lighter, prices).worst if lighter is not None else None
+        if found is not None and figure_of(base, limit) - figure_of(found, limit) > saved:
+            best, saved = budget, figure_of(base, limit) - figure_of(found, limit)
+    return best, saved

@@ -13,7 +13,17 @@ from durapipe.dsl import diagnostics as dg
 from durapipe.dsl import units
 from durapipe.dsl.model import Pipeline
 from durapipe.dsl.source import SourceMap, lookup
-from durapipe.plan.bound import UNBOUNDED_CODES, Figures, PipelineBound, Prices, StageBound
+from durapipe.plan.bound import (
+    UNBOUNDED_CODES,
+    Figure,
+    Figures,
+    PipelineBound,
+    Prices,
+    StageBound,
+    dominant_budget,
+    figure_of,
+    pipeline_bound,
+)
 
 #: Where each reason for no bound points, under the stage's field path.
 _WHERE: dict[str, tuple[str, ...]] = {
@@ -51,6 +61,84 @@ def unbounded_diagnostics(pipeline: Pipeline, bound: PipelineBound,
                 help=f'give it one in a price file: `--prices FILE` with '
                      f'{{"gpu": {{"{stage.detail}": 2.5}}}} (US dollars per GPU-hour)'))
     assert len(pipeline.stages) == len(bound.stages)
+    return found
+
+
+_LIMITS: tuple[Figure, ...] = ("max_wall", "max_gpu_hours", "max_cost")
+_WORDS: dict[Figure, str] = {"max_wall": "wall time", "max_gpu_hours": "GPU-hours",
+                             "max_cost": "cost"}
+
+
+def _amount(limit: Figure, value: float) -> str:
+    if limit == "max_wall":
+        return _hours(value)
+    return f"${_num(value)}" if limit == "max_cost" else _num(value)
+
+
+def _budget_words(stage_name: str, budget: str, saved: float, limit: Figure) -> str:
+    if budget == "timeout":
+        return f"lower `timeout` of stage `{stage_name}`: every worst-case attempt runs to it"
+    return (f"lower `{budget}` of stage `{stage_name}` (it adds {_amount(limit, saved)} to "
+            f"the worst case), or its `timeout`, which every attempt runs to")
+
+
+def limit_diagnostics(pipeline: Pipeline, source_map: SourceMap | None = None,
+                      prices: Prices | None = None) -> list[dg.Diagnostic]:
+    """What ``check`` and ``compile`` refuse: a worst case above a ``limits`` ceiling (P0354
+    for a stage's own, P0355 for the pipeline's), and a stage whose worst case a ceiling
+    cannot be checked against (P0350-P0352).  Nothing when no ``limits`` block is written."""
+    limited = [i for i, s in enumerate(pipeline.stages) if s.limits is not None]
+    if pipeline.limits is None and not limited:
+        return []
+    sm = source_map or {}
+    bound = pipeline_bound(pipeline, prices)
+    found: list[dg.Diagnostic] = []
+    unbounded = unbounded_diagnostics(pipeline, bound, source_map)
+    if pipeline.limits is not None:
+        found += unbounded
+    else:
+        names = {pipeline.stages[i].name for i in limited}
+        found += [d for d, s in zip(unbounded, [b for b in bound.stages if b.unbounded])
+                  if s.stage in names]
+    for index in limited:
+        stage, own = pipeline.stages[index], bound.stages[index]
+        limits = stage.limits
+        if own.worst is None or limits is None:
+            continue
+        for limit in _LIMITS:
+            ceiling = getattr(limits, limit)
+            value = figure_of(own.worst, limit)
+            if ceiling is None or value <= ceiling:
+                continue
+            budget, saved = dominant_budget(stage, limit, prices)
+            found.append(dg.error(
+                "P0354", f"stage `{stage.name}`: worst-case {_WORDS[limit]} "
+                         f"{_amount(limit, value)} exceeds `limits.{limit}` "
+                         f"({_amount(limit, ceiling)})",
+                lookup(sm, ("stages", index, "limits", limit)), "the ceiling",
+                help=_budget_words(stage.name, budget, saved, limit),
+                notes=["`durapipe bound` shows how each figure is made up"]))
+    if pipeline.limits is not None and bound.worst is not None:
+        for limit in _LIMITS:
+            ceiling = getattr(pipeline.limits, limit)
+            value = figure_of(bound.worst, limit)
+            if ceiling is None or value <= ceiling:
+                continue
+            pool = [b for b in bound.stages if limit != "max_wall"
+                    or b.stage in bound.critical_path]
+            top = max(pool, key=lambda b: figure_of(b.worst, limit) if b.worst else 0.0)
+            stage = next(s for s in pipeline.stages if s.name == top.stage)
+            budget, saved = dominant_budget(stage, limit, prices)
+            where = " along the critical path " + " -> ".join(bound.critical_path) \
+                if limit == "max_wall" else ""
+            found.append(dg.error(
+                "P0355", f"the pipeline's worst-case {_WORDS[limit]}{where} "
+                         f"{_amount(limit, value)} exceeds `limits.{limit}` "
+                         f"({_amount(limit, ceiling)}); stage `{stage.name}` dominates "
+                         f"({_amount(limit, figure_of(top.worst, limit) if top.worst else 0)})",
+                lookup(sm, ("limits", limit)), "the ceiling",
+                help=_budget_words(stage.name, budget, saved, limit),
+                notes=["`durapipe bound` shows how each figure is made up"]))
     return found
 
 

@@ -236,3 +236,91 @@ def test_cli_refuses_a_bad_price_file(tmp_path: Path, capsys: pytest.CaptureFixt
                  "--prices", str(tmp_path / "prices.json")]) == 1
     err = capsys.readouterr().err
     assert "error[P0353]" in err and "Traceback" not in err
+
+
+LIMITED = """pipeline "p" {
+  storage = "s3://b/p"
+  limits { max_wall = 48h  max_gpu_hours = 2000  max_cost = 5000 }
+}
+
+stage "s" {
+  image   = "i:1"
+  command = ["x"]
+  timeout = 24h
+  resources {
+    gpu { count = 8  types = ["H100"] }
+  }
+  limits { max_gpu_hours = 500 }
+}
+"""
+
+
+def test_check_and_compile_refuse_a_worst_case_above_a_limit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "p.pipe"
+    source.write_text(LIMITED)
+    assert main(["check", str(source)]) == 1
+    err = capsys.readouterr().err
+    # 4 attempts (1 + 3 preemptions) x 24h; 8 H100 x 96h; 768 GPU-hours at the default price.
+    assert "error[P0355]: the pipeline's worst-case wall time along the critical path s 96h " \
+           "exceeds `limits.max_wall` (48h); stage `s` dominates (96h)" in err
+    assert "lower `retry.preemptions` of stage `s` (it adds 72h to the worst case)" in err
+    assert "error[P0354]: stage `s`: worst-case GPU-hours 768.00 exceeds " \
+           "`limits.max_gpu_hours` (500.00)" in err
+    assert f"{source}:13:28" in err
+    assert "P0355]: the pipeline's worst-case cost" in err
+    assert "max_gpu_hours` (2,000.00)" not in err  # 768 <= 2000: no diagnostic
+    assert main(["compile", str(source), "-o", str(tmp_path / "out.yaml")]) == 1
+    assert "error[P0354]" in capsys.readouterr().err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_limits_within_the_worst_case_pass_and_change_no_yaml(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = LIMITED.replace("  limits { max_wall = 48h  max_gpu_hours = 2000  max_cost = 5000 }\n",
+                            "").replace("  limits { max_gpu_hours = 500 }\n", "")
+    roomy = LIMITED.replace("max_wall = 48h", "max_wall = 96h").replace(
+        "max_cost = 5000", "max_cost = 6000").replace("max_gpu_hours = 500", "max_gpu_hours = 768")
+    outputs = []
+    for name, text in (("plain", plain), ("roomy", roomy)):
+        source = tmp_path / name / "p.pipe"
+        source.parent.mkdir()
+        source.write_text(text)
+        assert main(["check", str(source)]) == 0, capsys.readouterr().err
+        assert main(["compile", str(source), "-o", str(tmp_path / name / "out.yaml")]) == 0
+        outputs.append((tmp_path / name / "out.yaml").read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_a_limit_on_an_unbounded_stage_says_why_it_cannot_be_checked() -> None:
+    loaded = loads('pipeline "p" { storage = "s3://b/p" }\n'
+                   'stage "s" {\n  image = "i:1"  command = ["x"]\n'
+                   '  limits { max_wall = 1h }\n}\n', "p.pipe")
+    assert loaded.pipeline is not None
+    problems = bound_render.limit_diagnostics(loaded.pipeline, loaded.source_map)
+    assert [p.code for p in problems] == ["P0350"]
+    assert bound_render.limit_diagnostics(pipeline('stage "s" {\n  image = "i:1"  '
+                                                   'command = ["x"]\n}\n')) == []
+
+
+def test_limits_in_the_builder_equal_the_pipe_file() -> None:
+    from durapipe.dsl import builder
+
+    built = builder.Pipeline("p", storage="s3://b/p",
+                             limits=builder.Limits(max_wall="48h", max_gpu_hours=2000,
+                                                   max_cost=5000))
+    built.stage("s", image="i:1", command=["x"], timeout="24h",
+                resources=builder.Resources(gpu=builder.Gpu(count=8, types=["H100"])),
+                limits=builder.Limits(max_gpu_hours=500))
+    from_text = loads(LIMITED).pipeline
+    assert built.result().pipeline == from_text
+    assert from_text is not None and from_text.limits is not None
+    assert (from_text.limits.max_wall, from_text.limits.max_gpu_hours,
+            from_text.limits.max_cost) == (48 * 3600, 2000.0, 5000.0)
+
+
+def test_limits_round_trip_through_fmt() -> None:
+    from durapipe.dsl.fmt import format_source
+
+    formatted, problems = format_source(LIMITED, "p.pipe")
+    assert formatted == LIMITED, problems
