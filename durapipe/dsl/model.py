@@ -238,9 +238,9 @@ class Limits:
     #: Longest worst-case wall time (the pipeline's along its critical path).
     max_wall: Seconds | None = None
     #: Most worst-case GPU-hours, over every GPU type.
-    max_gpu_hours: Annotated[float, Bounds(ge=0)] | None = None
+    max_gpu_hours: Annotated[float, Bounds(ge=0, le=10**12)] | None = None
     #: Highest worst-case cost, in US dollars, at the price table's prices.
-    max_cost: Annotated[float, Bounds(ge=0)] | None = None
+    max_cost: Annotated[float, Bounds(ge=0, le=10**12)] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
