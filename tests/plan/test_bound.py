@@ -324,3 +324,45 @@ def test_limits_round_trip_through_fmt() -> None:
 
     formatted, problems = format_source(LIMITED, "p.pipe")
     assert formatted == LIMITED, problems
+
+
+def test_worst_wall_is_the_longest_of_every_verdict_sequence_the_machine_allows() -> None:
+    """Brute force over every path of the machine (no memo, no ordering) agrees with the
+    bound, for a stage that climbs a ladder, retries with backoff, is preempted and falls
+    back."""
+    from durapipe.plan import machine
+    from durapipe.plan.rules import Rules
+
+    stage = pipeline("""
+stage "s" {
+  image   = "i:1"  command = ["x"]
+  timeout = 1h
+  resources { gpu { count = 1  types = ["H100", "L4"]  fallback_after = 10m } }
+  retry {
+    attempts    = 2
+    preemptions = 1
+    backoff     = 1m
+    on_oom { memory = [8Gi, 16Gi] }
+  }
+}
+""").stages[0]
+    rules = Rules.of(stage)
+
+    def longest(state: machine.State) -> float:
+        best = 0.0
+        wait = 600.0 if state.probe else 0.0
+        for verdict in machine.possible(state):
+            action, nxt = machine.step(state, verdict)
+            spent = wait if verdict == machine.PENDING_TIMEOUT else wait + 3600
+            if isinstance(action, machine.Run):
+                spent += action.backoff + longest(nxt)
+            best = max(best, spent)
+        return best
+
+    _, first = machine.begin(rules)
+    worst = stage_bound(stage, ROUND).worst
+    assert worst is not None and worst.wall_seconds == longest(first)
+    # By hand: an H100 found after 9m59s runs 1h and is OOM-killed; the 16Gi rung waits
+    # another 10m for an H100 and gives way; on the L4, 2 application retries (1m, 2m of
+    # backoff), 1 preemption and the last attempt: 5 attempts of 1h, 20m of waiting.
+    assert worst.wall_seconds == 2 * 600 + 5 * 3600 + 60 + 120 == 19380
