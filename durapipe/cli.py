@@ -1,4 +1,5 @@
-"""The ``durapipe`` command line: check, fmt, explain, compile, run, submit, status, watch.
+"""The ``durapipe`` command line: check, fmt, explain, compile, run, bound, graph, submit, status,
+watch.
 
 Each command imports what it needs when it runs, so ``durapipe check`` pays for the compiler
 only on a file the front end accepts (to find what the lowering refuses) and ``--help`` pays for
@@ -175,6 +176,37 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     return server.main()
 
 
+def cmd_bound(args: argparse.Namespace) -> int:
+    import json
+
+    from durapipe.dsl import diagnostics as dg
+    from durapipe.plan import bound, bound_render
+
+    loaded, found = _diagnose(args.file)
+    if loaded.pipeline is None or any(d.is_error for d in found):
+        return _report(found, 1, "human", warnings=True)
+    prices = bound.Prices.default()
+    if args.prices is not None:
+        try:
+            with open(args.prices, encoding="utf-8") as handle:
+                parsed = bound.parse_prices(json.load(handle), prices)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            parsed = f"cannot read it: {exc}"
+        if isinstance(parsed, str):
+            problem = dg.error("P0353", f"invalid price file {args.prices}: {parsed}", None,
+                               help='a JSON object such as {"gpu": {"H100": 4.1}, '
+                                    '"cpu_hour": 0.04, "memory_gib_hour": 0.005}')
+            return _report([problem], 1, "human", warnings=True)
+        prices = parsed
+    result = bound.pipeline_bound(loaded.pipeline, prices)
+    print(bound_render.to_json(result, prices) if args.json else bound_render.table(result),
+          end="")
+    problems = bound_render.unbounded_diagnostics(loaded.pipeline, result, loaded.source_map)
+    if problems:
+        return _report(problems, 1, "human", warnings=True)
+    return 0
+
+
 def cmd_graph(args: argparse.Namespace) -> int:
     from durapipe.diagram import cli as diagram_cli
 
@@ -241,6 +273,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         runner_cli.add_runs_arguments(runs)
     run.set_defaults(func=cmd_run)
     runs.set_defaults(func=cmd_runs)
+
+    bound_ = sub.add_parser("bound", help="worst-case wall time, GPU-hours and cost of a pipeline",
+                            description="Print each stage's and the pipeline's worst case (every "
+                                        "retry budget spent, every attempt to its timeout) and "
+                                        "best case: wall time, GPU-hours, node-hours, cost.")
+    bound_.add_argument("file", metavar="FILE")
+    bound_.add_argument("--json", action="store_true", help="print JSON (for tools)")
+    bound_.add_argument("--prices", metavar="FILE",
+                        help='JSON price overrides: {"gpu": {"H100": 4.1}, "cpu_hour": 0.04, '
+                             '"memory_gib_hour": 0.005} (US dollars per hour)')
+    bound_.set_defaults(func=cmd_bound)
 
     graph = sub.add_parser("graph", help="draw the stage DAG (Mermaid, Graphviz dot, SVG)",
                            description="Print the stage DAG of a pipeline, each stage labelled "

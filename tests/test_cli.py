@@ -58,7 +58,7 @@ def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_help_is_available_for_every_command() -> None:
-    for command in ([], ["check"], ["fmt"], ["explain"], ["compile"]):
+    for command in ([], ["check"], ["fmt"], ["explain"], ["compile"], ["bound"]):
         run = subprocess.run([sys.executable, "-m", "durapipe", *command, "--help"],
                              capture_output=True, text=True, check=False)
         assert run.returncode == 0, run.stderr

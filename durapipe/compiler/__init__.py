@@ -61,6 +61,10 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
     if not pipeline.stages:
         ctx.error("P0202", f"pipeline `{pipeline.name}` has no stages; Argo needs at least one "
                   "task", ("stages",))
+    if pipeline.limits is not None or any(s.limits is not None for s in pipeline.stages):
+        from durapipe.plan.bound_render import limit_diagnostics
+
+        ctx.diagnostics.extend(limit_diagnostics(pipeline, options.source_map))
     planned = plan.plan_pipeline(pipeline,
                                  checkpoint_grace_seconds=options.checkpoint_grace_seconds)
     lowered = [argo_stage.lower_stage(ctx, stage) for stage in planned.stages]

@@ -188,6 +188,13 @@ class Affinity(_Section):
     schema = td.STAGE_SCHEMA["affinity"].schema  # type: ignore[union-attr]
 
 
+class Limits(_Section):
+    """``limits { ... }`` of a stage or the pipeline."""
+
+    block = "limits"
+    schema = td.LIMITS.schema
+
+
 class Cluster(_Section):
     block = "cluster"
     schema = td.PIPELINE_SCHEMA["cluster"].schema  # type: ignore[union-attr]

@@ -172,3 +172,36 @@ def known_gpu_types(profile: str, extra: dict[str, str] | None = None) -> tuple[
     names = list(PROFILES[profile].gpu_products)
     names.extend(n for n in (extra or {}) if n not in names)
     return tuple(names)
+
+
+@dataclass(frozen=True)
+class Price:
+    """A list price and where it was read: a default a team overrides with its own rates."""
+
+    usd_per_hour: float
+    as_of: str
+    source: str
+
+
+_AWS_ON_DEMAND = "https://aws.amazon.com/ec2/pricing/on-demand/ (us-east-1, Linux)"
+_FARGATE = "https://aws.amazon.com/fargate/pricing/ (us-east-1, Linux/x86)"
+
+#: On-demand list price of one GPU for an hour: the instance's hourly price divided by its
+#: GPUs (the instance named in each source), so the CPUs and memory of a GPU node are inside
+#: it; the bound adds the CPU and memory unit prices for what the stage requests on top, which
+#: makes a GPU stage's figure an upper bound rather than a quote.
+GPU_PRICES: dict[str, Price] = {
+    "H100": Price(6.88, "2025-06", f"{_AWS_ON_DEMAND}: p5.48xlarge $55.04/h / 8"),
+    "H200": Price(7.91, "2025-06", f"{_AWS_ON_DEMAND}: p5en.48xlarge $63.30/h / 8"),
+    "B200": Price(14.24, "2025-06", f"{_AWS_ON_DEMAND}: p6-b200.48xlarge $113.93/h / 8"),
+    "A100-80GB": Price(3.43, "2025-06", f"{_AWS_ON_DEMAND}: p4de.24xlarge $27.45/h / 8"),
+    "A100": Price(2.75, "2025-06", f"{_AWS_ON_DEMAND}: p4d.24xlarge $21.96/h / 8"),
+    "L40S": Price(1.86, "2025-06", f"{_AWS_ON_DEMAND}: g6e.xlarge $1.861/h / 1"),
+    "L4": Price(0.80, "2025-06", f"{_AWS_ON_DEMAND}: g6.xlarge $0.8048/h / 1"),
+    "A10G": Price(1.01, "2025-06", f"{_AWS_ON_DEMAND}: g5.xlarge $1.006/h / 1"),
+    "T4": Price(0.53, "2025-06", f"{_AWS_ON_DEMAND}: g4dn.xlarge $0.526/h / 1"),
+    "V100": Price(3.06, "2025-06", f"{_AWS_ON_DEMAND}: p3.2xlarge $3.06/h / 1"),
+}
+#: One vCPU for an hour and one GiB of memory for an hour (AWS Fargate's unit prices).
+CPU_PRICE = Price(0.04048, "2025-06", f"{_FARGATE}: per vCPU-hour")
+MEMORY_PRICE = Price(0.004445, "2025-06", f"{_FARGATE}: per GB-hour")

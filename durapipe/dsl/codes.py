@@ -229,6 +229,60 @@ rather than leaving the sync to fail.  Split the pipeline into several (a Workfl
 hundred stages can get there), or, for the runtime's ConfigMap, ship the runtime in an image
 (`--runtime-image`).  An object annotated `argocd.argoproj.io/sync-options:
 ServerSideApply=true` is applied server-side, keeps no such annotation and is not counted."""),
+    # -- worst-case bounds (`durapipe bound`) ---------------------------------------------
+    Code("P0350", "a stage without `timeout` has no worst case", """
+`durapipe bound` prices every attempt at its `timeout`: an attempt of a stage without one may
+run for ever, so the stage's (and the pipeline's) worst wall time, GPU-hours and cost have no
+bound.  Give the stage the longest one attempt may run:
+
+    stage "train" {
+      timeout = 24h
+    }"""),
+    Code("P0351", "a multi-node stage restarts on preemption without a budget", """
+A `distributed` stage with `restart_on_maintenance = true` (the default) restarts its whole
+group after a preemption or host maintenance without spending `max_restarts`, so nothing
+counts how often that happens and the worst case has no bound.  Set
+`restart_on_maintenance = false` to make preemptions spend `max_restarts`:
+
+    distributed {
+      replicas               = 4
+      max_restarts           = 6
+      restart_on_maintenance = false
+    }"""),
+    Code("P0352", "a GPU type has no price", """
+The cost of the worst case multiplies GPU-hours by a price per GPU-hour.  The default price
+table (`durapipe.dsl.catalog.GPU_PRICES`) holds the catalogue's types; a type the cluster
+block adds has none.  Give it one in a price file passed with `--prices FILE`:
+
+    {"gpu": {"MI300X": 4.5}}"""),
+    Code("P0353", "invalid price file", """
+`--prices FILE` takes a JSON object with any of `gpu` (GPU type name to US dollars per
+GPU-hour), `cpu_hour` (per vCPU-hour) and `memory_gib_hour` (per GiB-hour); each price is a
+finite number >= 0 and overrides the default:
+
+    {"gpu": {"H100": 4.1}, "cpu_hour": 0.04, "memory_gib_hour": 0.005}"""),
+    Code("P0354", "a stage's worst case exceeds its `limits`", """
+The stage's `limits` block caps its worst case: wall time (`max_wall`), GPU-hours
+(`max_gpu_hours`) or cost in US dollars (`max_cost`), as `durapipe bound` computes them
+(every retry budget spent, every attempt to its `timeout`).  `check` and `compile` refuse the
+pipeline; the help names the budget whose removal lowers the figure most.  Lower it (or the
+`timeout`, which every worst-case attempt runs to), or raise the limit:
+
+    stage "train" {
+      timeout = 12h
+      retry { preemptions = 3 }           # 4 attempts x 12h = 48h at worst
+      limits { max_wall = 48h }
+    }"""),
+    Code("P0355", "the pipeline's worst case exceeds its `limits`", """
+The pipeline block's `limits` cap the whole pipeline's worst case: `max_wall` along its
+critical path (the chain of stages whose worst wall times sum highest), `max_gpu_hours` and
+`max_cost` summed over every stage.  `check` and `compile` refuse the pipeline and name the
+stage that dominates (for wall time, the critical path's longest stage) and its budget to
+lower:
+
+    pipeline "p" {
+      limits { max_wall = 48h  max_gpu_hours = 2000  max_cost = 5000 }
+    }"""),
     # -- warnings -------------------------------------------------------------------------
     Code("W0001", "unused parameter", """
 A param is declared but no stage refers to it."""),

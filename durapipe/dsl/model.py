@@ -231,6 +231,19 @@ class Distributed:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Ceilings on the worst case that `durapipe bound` computes: `check` and `compile` refuse
+    a pipeline (or stage) whose worst case exceeds one."""
+
+    #: Longest worst-case wall time (the pipeline's along its critical path).
+    max_wall: Seconds | None = None
+    #: Most worst-case GPU-hours, over every GPU type.
+    max_gpu_hours: Annotated[float, Bounds(ge=0, le=10**12)] | None = None
+    #: Highest worst-case cost, in US dollars, at the price table's prices.
+    max_cost: Annotated[float, Bounds(ge=0, le=10**12)] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Volume:
     """A volume mounted into the main container: exactly one of ``claim``, ``secret`` and
     ``config_map`` names its source."""
@@ -289,6 +302,8 @@ class Stage:
     #: Longest runtime of one attempt.
     timeout: Seconds | None = None
     distributed: Distributed | None = None
+    #: Ceilings on this stage's worst case (``durapipe bound``).
+    limits: Limits | None = None
     #: Kubernetes labels on the stage's pods.
     labels: dict[str, str] = field(default_factory=dict)
     #: Kubernetes annotations on the stage's pods.
@@ -381,6 +396,8 @@ class Pipeline:
     annotations: dict[str, str] = field(default_factory=dict)
     cluster: Cluster = Cluster()
     params: tuple[Param, ...] = ()
+    #: Ceilings on the pipeline's worst case (``durapipe bound``).
+    limits: Limits | None = None
     stages: tuple[Stage, ...] = ()
 
     @property

@@ -104,6 +104,7 @@ RESOURCES = BlockSchema({
     "cpu": Attr(), "memory": Attr(), "ephemeral_storage": Attr(), "shm": Attr(),
     "gpu": BlockSchema({"count": Attr(), "types": Attr(_gpu_types), "fallback_after": Attr()}),
 })
+LIMITS = BlockSchema({"max_wall": Attr(), "max_gpu_hours": Attr(), "max_cost": Attr()})
 STAGE_SCHEMA: dict[str, Kind] = {
     "image": Attr(), "command": Attr(), "script": Attr(), "args": Attr(), "workdir": Attr(),
     "env": Map(), "inputs": Map(), "outputs": Map(), "needs": Attr(_needs),
@@ -122,6 +123,7 @@ STAGE_SCHEMA: dict[str, Kind] = {
     "volumes": Blocks({"claim": Attr(), "secret": Attr(), "config_map": Attr(), "path": Attr(),
                        "read_only": Attr()}),
     "pod_patch": Attr(),
+    "limits": LIMITS,
 }
 #: Per-stage graph structure cannot come from ``defaults``.
 NOT_IN_DEFAULTS = ("needs", "inputs", "outputs")
@@ -133,6 +135,7 @@ PIPELINE_SCHEMA: dict[str, Kind] = {
     "profile": Attr(target=("cluster", "profile")),
     "cluster": BlockSchema({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
                     "spot_selector": Map(), "on_demand_selector": Map()}),
+    "limits": LIMITS,
 }
 
 

@@ -32,7 +32,7 @@ def _values() -> list[Any]:
 _SECTIONS: dict[str, Any] = {
     "resources": b.Resources, "gpu": b.Gpu, "retry": b.Retry, "on_oom": b.OnOom,
     "cache": b.Cache, "checkpoint": b.Checkpoint, "distributed": b.Distributed,
-    "affinity": b.Affinity,
+    "affinity": b.Affinity, "limits": b.Limits,
 }
 
 
