@@ -1,4 +1,5 @@
-"""The ``durapipe`` command line: check, fmt, explain, compile, run, submit, status, watch.
+"""The ``durapipe`` command line: check, fmt, explain, compile, run, submit, status, watch,
+and the day-two commands on runs (list, stop, terminate, delete, resubmit, logs).
 
 Each command imports what it needs when it runs, so ``durapipe check`` pays for the compiler
 only on a file the front end accepts (to find what the lowering refuses) and ``--help`` pays for
@@ -163,6 +164,18 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return command
 
 
+def cmd_operate(args: argparse.Namespace) -> int:
+    from durapipe.cluster import operate
+
+    command: int = getattr(operate, _OPERATIONS[args.command])(args)
+    return command
+
+
+#: Each day-two command and its function in durapipe.cluster.operate.
+_OPERATIONS = {"list": "list_runs", "stop": "stop", "terminate": "terminate",
+               "delete": "delete", "resubmit": "resubmit", "logs": "logs"}
+
+
 def cmd_lsp(args: argparse.Namespace) -> int:
     try:
         from durapipe.lsp import server
@@ -275,6 +288,41 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         submit_cli.add_status_arguments(watch, watch=True)
     for parser_ in (submit_, status, watch):
         parser_.set_defaults(func=cmd_cluster)
+
+    helps = {
+        "list": ("list a pipeline's runs: phase, duration, stages",
+                 "List the runs (Workflows) of a pipeline, newest first, with each run's "
+                 "phase, duration and how its stages ended. Needs the `cluster` extra."),
+        "stop": ("stop a run: running stages finish, no new stage starts",
+                 "Set Argo's spec.shutdown=Stop on the run: running pods finish, exit "
+                 "handlers run. Needs the `cluster` extra."),
+        "terminate": ("terminate a run: running stages are killed",
+                      "Set Argo's spec.shutdown=Terminate on the run: running pods are "
+                      "killed, no exit handler runs. Needs the `cluster` extra."),
+        "delete": ("delete a run and its pods",
+                   "Delete the run's Workflow (its pods go with it). Needs the `cluster` "
+                   "extra."),
+        "resubmit": ("start a new run with the same parameters, reusing cached stages",
+                     "Create a new Workflow from a run's spec and arguments; stages that "
+                     "succeeded before are memoization cache hits. Needs the `cluster` "
+                     "extra."),
+        "logs": ("print a stage attempt's log",
+                 "Print the user container's log of a stage's attempt (the latest unless "
+                 "--attempt N), the runtime's verdict line as a sentence. Needs the `cluster` "
+                 "extra."),
+    }
+    for name, (short, long) in helps.items():
+        operation = sub.add_parser(name, help=short, description=long)
+        if command in (None, name):
+            from durapipe.cluster import operate as operate_cli
+
+            if name == "list":
+                operate_cli.add_list_arguments(operation)
+            elif name == "logs":
+                operate_cli.add_logs_arguments(operation)
+            else:
+                operate_cli.add_run_arguments(operation)
+        operation.set_defaults(func=cmd_operate)
 
     lsp = sub.add_parser("lsp", help="run the language server (for editors), over stdio",
                          description="Language Server Protocol server for .pipe files: "
