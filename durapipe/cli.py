@@ -293,12 +293,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "list": ("list a pipeline's runs: phase, duration, stages",
                  "List the runs (Workflows) of a pipeline, newest first, with each run's "
                  "phase, duration and how its stages ended. Needs the `cluster` extra."),
-        "stop": ("stop a run: running stages finish, no new stage starts",
-                 "Set Argo's spec.shutdown=Stop on the run: running pods finish, exit "
-                 "handlers run. Needs the `cluster` extra."),
-        "terminate": ("terminate a run: running stages are killed",
-                      "Set Argo's spec.shutdown=Terminate on the run: running pods are "
-                      "killed, no exit handler runs. Needs the `cluster` extra."),
+        "stop": ("stop a run; its exit handlers still run",
+                 "Set Argo's spec.shutdown=Stop on the run: no new stage starts, running "
+                 "pods are stopped, exit handlers run. Needs the `cluster` extra."),
+        "terminate": ("terminate a run at once, without exit handlers",
+                      "Set Argo's spec.shutdown=Terminate on the run: no new stage starts, "
+                      "running pods are stopped, no exit handler runs. Needs the `cluster` "
+                      "extra."),
         "delete": ("delete a run and its pods",
                    "Delete the run's Workflow (its pods go with it). Needs the `cluster` "
                    "extra."),

@@ -2,8 +2,8 @@
 ``resubmit`` and ``logs``.
 
 Only the Kubernetes API, never the Argo Server: a run is a Workflow object, stopping it is
-Argo's ``spec.shutdown`` set by a JSON merge patch (``Stop`` lets running pods finish and runs
-exit handlers; ``Terminate`` kills them), and a stage's log is its attempt's pod's ``main``
+Argo's ``spec.shutdown`` set by a JSON merge patch (both start no new stage and stop the
+running pods; ``Stop`` then runs the exit handlers, ``Terminate`` does not), and a stage's log is its attempt's pod's ``main``
 container log, the pod found from the Workflow's own node tree (``run_status.stage_pods``).
 
 Failures are one line on stderr and exit 1 (``submit._fail``); usage errors exit 2.
@@ -201,8 +201,9 @@ def _shutdown(args: argparse.Namespace, how: str) -> int:
                             what=f"{how.lower()} Workflow {args.run}")
     except ClusterError as exc:
         return _fail(str(exc))
-    effect = ("running stages finish, no new one starts" if how == "Stop"
-              else "running stages are killed")
+    effect = ("no new stage starts, running ones are stopped, exit handlers run"
+              if how == "Stop" else "no new stage starts, running ones are stopped, no exit "
+              "handler runs")
     print(f"{args.run}: {how.lower()} requested ({effect})")
     return 0
 
