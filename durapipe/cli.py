@@ -176,6 +176,12 @@ _OPERATIONS = {"list": "list_runs", "stop": "stop", "terminate": "terminate",
                "delete": "delete", "resubmit": "resubmit", "logs": "logs"}
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from durapipe.cluster import doctor
+
+    return doctor.doctor(args)
+
+
 def cmd_lsp(args: argparse.Namespace) -> int:
     try:
         from durapipe.lsp import server
@@ -324,6 +330,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             else:
                 operate_cli.add_run_arguments(operation)
         operation.set_defaults(func=cmd_operate)
+
+    doctor = sub.add_parser("doctor", help="check that a cluster has what pipelines need",
+                            description="Check the cluster (and, given FILE, what that "
+                                        "pipeline needs): Argo's CRDs and version, the "
+                                        "controller's memoization RBAC, the artifact "
+                                        "repository, the runtime ConfigMap, the pipeline's "
+                                        "service account and RBAC, JobSet where used. One line "
+                                        "per check, a fix for each failure; exit 1 on any "
+                                        "failure. Needs the `cluster` extra.")
+    if command in (None, "doctor"):
+        from durapipe.cluster import doctor as doctor_cli
+
+        doctor_cli.add_arguments(doctor)
+    doctor.set_defaults(func=cmd_doctor)
 
     lsp = sub.add_parser("lsp", help="run the language server (for editors), over stdio",
                          description="Language Server Protocol server for .pipe files: "
