@@ -284,3 +284,26 @@ def test_submit_dry_run_checks_parameters_too(tmp_path: Path,
 def test_submit_watch_and_dry_run_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "submit", "x.pipe", "--dry-run", "--watch")
     assert code == 2 and "--watch" in err
+
+
+# -- doctor -----------------------------------------------------------------------------------
+
+
+def test_doctor_lines_carry_their_fix_only_on_failure() -> None:
+    from durapipe.cluster.doctor import Check
+
+    assert Check("Argo CRDs", True, "all four installed", "install").line() == \
+        "ok    Argo CRDs: all four installed"
+    assert Check("JobSet CRD", False, "missing\x1b[2J", "install JobSet").line() == \
+        "FAIL  JobSet CRD: missing\\x1b[2J\n      fix: install JobSet"
+
+
+def test_doctor_on_an_unreachable_cluster_is_one_line(
+        api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = api.kubeconfig(tmp_path)
+    kubeconfig.write_text(kubeconfig.read_text().replace(api.url, "http://127.0.0.1:9"))
+    code, out, err = run(capsys, "doctor", "--kubeconfig", str(kubeconfig))
+    assert (code, out) == (1, "")
+    assert err.startswith("durapipe: cannot reach the Kubernetes API server at "
+                          "http://127.0.0.1:9 while trying to get CRD workflows.argoproj.io")
+    assert err.count("\n") == 1
