@@ -1,5 +1,6 @@
-"""The ``durapipe`` command line: check, fmt, explain, compile, run, bound, graph, submit, status,
-watch.
+"""The ``durapipe`` command line: check, fmt, explain, compile, run, bound, graph, submit,
+status, watch, doctor, and the day-two commands on runs (list, stop, terminate, delete,
+resubmit, logs).
 
 Each command imports what it needs when it runs, so ``durapipe check`` pays for the compiler
 only on a file the front end accepts (to find what the lowering refuses) and ``--help`` pays for
@@ -164,6 +165,24 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return command
 
 
+def cmd_operate(args: argparse.Namespace) -> int:
+    from durapipe.cluster import operate
+
+    command: int = getattr(operate, _OPERATIONS[args.command])(args)
+    return command
+
+
+#: Each day-two command and its function in durapipe.cluster.operate.
+_OPERATIONS = {"list": "list_runs", "stop": "stop", "terminate": "terminate",
+               "delete": "delete", "resubmit": "resubmit", "logs": "logs"}
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from durapipe.cluster import doctor
+
+    return doctor.doctor(args)
+
+
 def cmd_lsp(args: argparse.Namespace) -> int:
     try:
         from durapipe.lsp import server
@@ -318,6 +337,56 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         submit_cli.add_status_arguments(watch, watch=True)
     for parser_ in (submit_, status, watch):
         parser_.set_defaults(func=cmd_cluster)
+
+    helps = {
+        "list": ("list a pipeline's runs: phase, duration, stages",
+                 "List the runs (Workflows) of a pipeline, newest first, with each run's "
+                 "phase, duration and how its stages ended. Needs the `cluster` extra."),
+        "stop": ("stop a run; its exit handlers still run",
+                 "Set Argo's spec.shutdown=Stop on the run: no new stage starts, running "
+                 "pods are stopped, exit handlers run. Needs the `cluster` extra."),
+        "terminate": ("terminate a run at once, without exit handlers",
+                      "Set Argo's spec.shutdown=Terminate on the run: no new stage starts, "
+                      "running pods are stopped, no exit handler runs. Needs the `cluster` "
+                      "extra."),
+        "delete": ("delete a run and its pods",
+                   "Delete the run's Workflow (its pods go with it). Needs the `cluster` "
+                   "extra."),
+        "resubmit": ("start a new run with the same parameters, reusing cached stages",
+                     "Create a new Workflow from a run's spec and arguments; stages that "
+                     "succeeded before are memoization cache hits. Needs the `cluster` "
+                     "extra."),
+        "logs": ("print a stage attempt's log",
+                 "Print the user container's log of a stage's attempt (the latest unless "
+                 "--attempt N), the runtime's verdict line as a sentence. Needs the `cluster` "
+                 "extra."),
+    }
+    for name, (short, long) in helps.items():
+        operation = sub.add_parser(name, help=short, description=long)
+        if command in (None, name):
+            from durapipe.cluster import operate as operate_cli
+
+            if name == "list":
+                operate_cli.add_list_arguments(operation)
+            elif name == "logs":
+                operate_cli.add_logs_arguments(operation)
+            else:
+                operate_cli.add_run_arguments(operation)
+        operation.set_defaults(func=cmd_operate)
+
+    doctor = sub.add_parser("doctor", help="check that a cluster has what pipelines need",
+                            description="Check the cluster (and, given FILE, what that "
+                                        "pipeline needs): Argo's CRDs and version, the "
+                                        "controller's memoization RBAC, the artifact "
+                                        "repository, the runtime ConfigMap, the pipeline's "
+                                        "service account and RBAC, JobSet where used. One line "
+                                        "per check, a fix for each failure; exit 1 on any "
+                                        "failure. Needs the `cluster` extra.")
+    if command in (None, "doctor"):
+        from durapipe.cluster import doctor as doctor_cli
+
+        doctor_cli.add_arguments(doctor)
+    doctor.set_defaults(func=cmd_doctor)
 
     lsp = sub.add_parser("lsp", help="run the language server (for editors), over stdio",
                          description="Language Server Protocol server for .pipe files: "

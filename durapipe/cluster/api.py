@@ -241,6 +241,75 @@ class Cluster:
             what, self._custom().replace_namespaced_custom_object,
             GROUP, VERSION, self.namespace, PLURALS[kind], name, replaced))
 
+    def list_objects(self, kind: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """The objects of ``kind`` in the namespace matching ``label_selector``."""
+        what = f"list {kind}s" + (f" labelled {label_selector}" if label_selector else "")
+        answer = self._object(what, self.call(
+            what, self._custom().list_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURALS[kind], label_selector=label_selector))
+        items = answer.get("items")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise ClusterError(f"the API server at {self.server} answered `{what}` with a list "
+                               f"that holds no objects: {_excerpt(items)}")
+        return items
+
+    def merge_patch(self, kind: str, name: str, patch: Mapping[str, Any],
+                    what: str | None = None) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of the named object: custom resources take no
+        strategic merge, and a merge patch changes only the keys it names."""
+        what = what or f"patch {kind} {name}"
+        return self._object(what, self.call(
+            what, self._custom().patch_namespaced_custom_object,
+            GROUP, VERSION, self.namespace, PLURALS[kind], name, dict(patch),
+            _content_type="application/merge-patch+json"))
+
+    def delete(self, kind: str, name: str) -> None:
+        what = f"delete {kind} {name}"
+        self.call(what, self._custom().delete_namespaced_custom_object,
+                  GROUP, VERSION, self.namespace, PLURALS[kind], name)
+
+    def core(self) -> Any:
+        return _client_module().client.CoreV1Api(self.api)
+
+    def pods(self, label_selector: str) -> list[dict[str, Any]]:
+        """The pods matching ``label_selector``, as plain JSON objects."""
+        what = f"list pods labelled {label_selector}"
+        answer = self.call(what, self.core().list_namespaced_pod, self.namespace,
+                           label_selector=label_selector, _preload_content=False)
+        listed = self._object(what, _json_answer(self, what, answer))
+        items = listed.get("items")
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    def pod_log(self, pod: str, container: str) -> str:
+        what = f"read the log of pod {pod} (container {container})"
+        answer = self.call(what, self.core().read_namespaced_pod_log, pod, self.namespace,
+                           container=container, _preload_content=False)
+        return bytes(answer.data).decode("utf-8", "replace")
+
+    def follow_pod_log(self, pod: str, container: str) -> Iterator[str]:
+        """The log's lines as the container writes them, until it ends.  No read timeout and no
+        deadline: a training stage may print nothing for hours and run for days."""
+        what = f"follow the log of pod {pod} (container {container})"
+        try:
+            answer = self.core().read_namespaced_pod_log(
+                pod, self.namespace, container=container, follow=True, _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT_S, None))
+        except Exception as exc:
+            raise self.translate(what, exc) from None
+        pending = b""
+        try:
+            for chunk in answer.stream(4096, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+        except Exception as exc:
+            raise self.translate(what, exc) from None
+        finally:
+            answer.release_conn()
+        if pending:
+            yield pending.decode("utf-8", "replace")
+
     def ensure_core(self, body: Mapping[str, Any]) -> None:
         """Create a core object the pipeline's pods need (the runtime's ConfigMap) unless one
         of its name exists: such objects are named by their content, so the name says it all."""
@@ -315,6 +384,14 @@ class Cluster:
             except Exception as exc:
                 raise self.translate(what, exc, read_timeout_s) from None
             yield item
+
+
+def _json_answer(cluster: Cluster, what: str, answer: Any) -> object:
+    try:
+        return json.loads(bytes(answer.data))
+    except (TypeError, ValueError, RecursionError):
+        raise ClusterError(f"the API server at {cluster.server} answered `{what}` with "
+                           "something that is not JSON") from None
 
 
 class Expired(Exception):

@@ -496,6 +496,23 @@ def _stage_node(nodes: Iterable[Json], stage: str) -> Json | None:
     return found[0] if found else None
 
 
+def stage_pods(wf: object) -> dict[str, list[Json]]:
+    """Each stage's pod nodes (its attempts, in the order ``interpret`` numbers them: by
+    start time), for finding an attempt's pod (``durapipe logs``)."""
+    checked = check_shape(wf)
+    templates = _Templates(checked)
+    nodes = list(((checked.get("status") or {}).get("nodes") or {}).values())
+    nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
+    found: dict[str, list[Json]] = {s: [] for s in _planned(templates)}
+    for node in nodes:
+        if node.get("type") != "Pod":
+            continue
+        stage = _stage_of(templates.of_node(node))
+        if stage is not None:
+            found.setdefault(stage, []).append(node)
+    return found
+
+
 def interpret(wf: object) -> RunReport:
     """The stage report of one Workflow object (any phase, any point of its run), as the API
     server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``)."""
@@ -638,5 +655,6 @@ EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 
 __all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
-           "check_shape", "for_terminal", "interpret", "printable", "render", "table", "verdict_of",
+           "check_shape", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
+           "verdict_of",
            "EXIT_CODES"]

@@ -53,6 +53,14 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a run of the WorkflowTemplate NAME already on the cluster")
     parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
                         help="set a pipeline parameter (repeatable)")
+    parser.add_argument("--watch", action="store_true",
+                        help="follow the run until it ends, as `durapipe watch` does")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print what would be created (with -o yaml or json) and create "
+                             "nothing; a FILE needs no cluster then")
+    parser.add_argument("-o", "--output", choices=("name", "yaml", "json"), default="name",
+                        help="print the run's name (default), or the created objects as yaml "
+                             "or json")
     _add_connection(parser)
 
 
@@ -170,28 +178,113 @@ def submit(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.template is None):
         print("durapipe submit: give a FILE or --template NAME (one of them)", file=sys.stderr)
         return 2
+    if args.watch and args.dry_run:
+        print("durapipe submit: --watch follows a run --dry-run does not start", file=sys.stderr)
+        return 2
+    sender = Sender(args)
     try:
         if args.template is not None:
-            cluster = connect(args.kubeconfig, args.context, args.namespace)
+            cluster = sender.connect(args.namespace)
             template = cluster.get("WorkflowTemplate", args.template)
             problem = check_parameters(given, declared_parameters(template.get("spec") or {}),
                                        f"WorkflowTemplate {args.template}")
             if problem:
                 return _fail(problem)
-            created = cluster.create(template_run(template, given))
-            print(created["metadata"]["name"])
-            return 0
-        docs = load_documents(args.file, args)
-        if isinstance(docs, int):
-            return docs
-        return _submit_documents(docs, given, args)
+            sender.create(template_run(template, given))
+        else:
+            docs = load_documents(args.file, args)
+            if isinstance(docs, int):
+                return docs
+            problem = _submit_documents(docs, given, sender)
+            if problem:
+                return _fail(problem)
+        return sender.finish()
     except ClusterError as exc:
         return _fail(str(exc))
 
 
+class Sender:
+    """Where `submit`'s objects go: to the cluster, or (``--dry-run``) only to stdout; and
+    what is printed of them (``-o``)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.dry_run: bool = bool(getattr(args, "dry_run", False))
+        self.output: str = getattr(args, "output", "name") or "name"
+        self.cluster: Cluster | None = None
+        self.namespace = ""
+        self.sent: list[dict[str, Any]] = []
+        self.run: dict[str, Any] | None = None
+
+    def connect(self, namespace: str | None) -> Cluster:
+        self.cluster = connect(self.args.kubeconfig, self.args.context, namespace)
+        self.namespace = self.cluster.namespace
+        return self.cluster
+
+    def target(self, namespace: str | None) -> str:
+        """The namespace the objects go to: without a cluster (a dry run of a file), the
+        file's, the option's or ``default``."""
+        if not self.dry_run:
+            return self.connect(namespace).namespace
+        self.namespace = namespace or "default"
+        return self.namespace
+
+    def ensure_core(self, body: dict[str, Any]) -> None:
+        self.sent.append(body)
+        if not self.dry_run:
+            assert self.cluster is not None
+            self.cluster.ensure_core(body)
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(body)
+        if self.dry_run:
+            return body
+        assert self.cluster is not None
+        return self.cluster.apply(body)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create the run's own object (the Workflow, or a CronWorkflow applied)."""
+        self.sent.append(body)
+        if self.dry_run:
+            self.run = body
+            return body
+        assert self.cluster is not None
+        created = self.cluster.apply(body) if body["kind"] == "CronWorkflow" \
+            else self.cluster.create(body)
+        self.run = created
+        return created
+
+    def finish(self) -> int:
+        assert self.run is not None
+        if self.output == "json":
+            print(json.dumps(self.sent[:-1] + [self.run] if not self.dry_run else self.sent,
+                             indent=2, sort_keys=True))
+        elif self.output == "yaml":
+            import yaml
+
+            print(yaml.safe_dump_all(self.sent[:-1] + [self.run] if not self.dry_run
+                                     else self.sent, sort_keys=False), end="")
+        elif self.dry_run:
+            print(f"{self.run['kind']} {_name_of(self.run)} (dry run: nothing created)")
+        else:
+            print(self.run["metadata"]["name"])
+        if self.run["kind"] == "CronWorkflow" and not self.dry_run:
+            name = self.run["metadata"]["name"]
+            print(f"durapipe: CronWorkflow {name} scheduled; its runs are named {name}-<time>",
+                  file=sys.stderr)
+            return 0
+        if self.args.watch:
+            assert self.cluster is not None
+            name = str(self.run["metadata"]["name"])
+            report = follow(self.cluster, name, Display(sys.stderr, sys.stderr.isatty()))
+            return run_status.EXIT_CODES.get(report.phase, 2)
+        return 0
+
+
 def _submit_documents(docs: list[dict[str, Any]], given: Mapping[str, str],
-                      args: argparse.Namespace) -> int:
-    namespace = args.namespace or next(
+                      sender: Sender) -> str | None:
+    """Send a file's objects; the message for parameters the file does not declare."""
+    namespace = sender.args.namespace or next(
         (d["metadata"].get("namespace") for d in docs if d["metadata"].get("namespace")), None)
     runs = [d for d in docs if d["kind"] in ("Workflow", "CronWorkflow")]
     templates = [d for d in docs if d["kind"] == "WorkflowTemplate"]
@@ -209,27 +302,24 @@ def _submit_documents(docs: list[dict[str, Any]], given: Mapping[str, str],
     problem = check_parameters(given, declared_parameters(spec),
                                f"{owner['kind']} {_name_of(owner)}")
     if problem:
-        return _fail(problem)
-    cluster = connect(args.kubeconfig, args.context, namespace)
+        return problem
+    target = sender.target(namespace)
     for doc in docs:
         if doc["kind"] == "ConfigMap":
-            cluster.ensure_core(_in_namespace(doc, cluster.namespace))
+            sender.ensure_core(_in_namespace(doc, target))
     for doc in templates:
-        cluster.apply(_in_namespace(doc, cluster.namespace))
+        sender.apply(_in_namespace(doc, target))
     if not runs:
-        created = cluster.create(_in_namespace(template_run(owner, given), cluster.namespace))
+        sender.create(_in_namespace(template_run(owner, given), target))
     elif owner["kind"] == "CronWorkflow":
-        body = _in_namespace(owner, cluster.namespace)
+        body = _in_namespace(owner, target)
         body["spec"] = {**body["spec"], "workflowSpec": with_parameters(spec, given)}
-        created = cluster.apply(body)
-        print(f"durapipe: CronWorkflow {created['metadata']['name']} scheduled; its runs are "
-              f"named {created['metadata']['name']}-<time>", file=sys.stderr)
+        sender.create(body)
     else:
-        body = _in_namespace(owner, cluster.namespace)
+        body = _in_namespace(owner, target)
         body["spec"] = with_parameters(spec, given)
-        created = cluster.create(body)
-    print(created["metadata"]["name"])
-    return 0
+        sender.create(body)
+    return None
 
 
 def _name_of(doc: Mapping[str, Any]) -> str:

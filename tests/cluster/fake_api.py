@@ -51,6 +51,7 @@ class Reply:
 class FakeApi:
     routes: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    content_types: list[str] = field(default_factory=list)
     url: str = ""
 
     def kubeconfig(self, directory: Path, namespace: str = "default") -> Path:
@@ -78,6 +79,7 @@ def fake_api() -> Iterator[FakeApi]:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
             api.requests.append((method, self.path, body))
+            api.content_types.append(self.headers.get("Content-Type", ""))
             key = (method, path + ("?watch" if "watch=true" in query.lower() else ""))
             code, answer = api.routes.get(key, (404, status_object(
                 404, "NotFound", f"the server could not find the requested resource ({path})")))
@@ -107,6 +109,12 @@ def fake_api() -> Iterator[FakeApi]:
 
         def do_PUT(self) -> None:  # noqa: N802
             self._serve("PUT")
+
+        def do_PATCH(self) -> None:  # noqa: N802
+            self._serve("PATCH")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._serve("DELETE")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handle)
     api.url = f"http://127.0.0.1:{server.server_address[1]}"
