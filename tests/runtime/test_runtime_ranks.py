@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: What every rank of a DDP script does: restore, then save its (identical) state.
 RANK_PROGRAM = r"""
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 from durapipe.runtime.checkpoint import Checkpoint
 
@@ -29,6 +29,11 @@ uri, local, step = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 checkpoint = Checkpoint(uri, path=local, spool_dir=local / "spool")
 restored = checkpoint.load_sync()
 seen = json.loads((restored / "state.json").read_text()) if restored else None
+# A barrier, as a collective would be: no rank saves before every rank has restored.
+barrier, world = Path(sys.argv[4]), int(os.environ["WORLD_SIZE"])
+(barrier / os.environ["RANK"]).touch()
+while len(list(barrier.iterdir())) < world:
+    time.sleep(0.01)
 state = local / f"state-{os.environ['RANK']}"
 state.mkdir(parents=True, exist_ok=True)
 (state / "state.json").write_text(json.dumps({"step": step, "rank": os.environ["RANK"]}))
@@ -43,12 +48,14 @@ print(json.dumps({"rank": int(os.environ["RANK"]), "restored": seen,
 def run_ranks(uri: str, local: Path, step: int, world: int, per_node: int) -> list[dict]:
     """``world`` processes as torchrun starts them, ``per_node`` to a node sharing ``local``."""
     procs = []
+    barrier = local / "barrier"
+    barrier.mkdir(parents=True)
     for rank in range(world):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank % per_node),
                "WORLD_SIZE": str(world), "PYTHONPATH": str(REPO)}
         node_dir = local / f"node-{rank // per_node}"
         procs.append(subprocess.Popen(
-            [sys.executable, "-c", RANK_PROGRAM, uri, str(node_dir), str(step)],
+            [sys.executable, "-c", RANK_PROGRAM, uri, str(node_dir), str(step), str(barrier)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
     for proc in procs:
@@ -71,7 +78,7 @@ def test_only_rank_zero_commits_and_every_rank_restores_its_state(tmp_path: Path
     uri = (tmp_path / "store").as_uri()
     first = run_ranks(uri, tmp_path / "run1", step=5, world=4, per_node=2)
     assert [r["commit"] for r in first] == [1, None, None, None]
-    assert first[0]["restored"] is None  # the others may start after rank 0's commit
+    assert [r["restored"] for r in first] == [None] * 4
     commits = committed_states(uri)
     assert [step for step, _ in commits] == [5], "one commit: rank 0's, and only rank 0's"
 
