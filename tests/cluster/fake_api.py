@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: (method, path without query) -> (status, body: a JSON object, or a list of watch events).
 Handler = Callable[[str, str, dict[str, Any] | None], tuple[int, Any]]
 
@@ -190,3 +192,12 @@ def drips(answer: bytes, at_once: int = 0, every_s: float = 0.5) -> Behaviour:
             conn.sendall(answer[i:i + 1])
 
     return behaviour
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``durapipe ARGV...`` in this process: its exit code, stdout and stderr."""
+    from durapipe.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

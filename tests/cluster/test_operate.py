@@ -14,11 +14,11 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from durapipe.cli import main
 from durapipe.cluster import operate, run_status
 from durapipe.runtime import contract
 from durapipe.runtime.verdict import verdict_line
-from tests.cluster.fake_api import FakeApi, fake_api, status_object
+from tests.cluster.fake_api import run_cli as run
+from tests.cluster.fake_api import FakeApi, status_object
 from tests.cluster.record_workflows import load_recorded
 
 pytest.importorskip("kubernetes", reason="the `cluster` extra (kubernetes client) is missing")
@@ -27,16 +27,6 @@ BASE = "/apis/argoproj.io/v1alpha1/namespaces"
 PODS = "/api/v1/namespaces/ml/pods"
 
 
-@pytest.fixture
-def api() -> Any:
-    with fake_api() as server:
-        yield server
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def recorded(case: str, run_: int = 0, name: str = "", phase: str | None = None) -> Any:

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from durapipe.cli import main
+from tests.cluster.fake_api import run_cli as run
 from tests.cluster.fake_api import (
     FakeApi,
     Raw,
@@ -45,16 +46,6 @@ TEMPLATE = {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
                                                   {"name": "max_depth", "value": "8"}]}}}
 
 
-@pytest.fixture
-def api() -> Any:
-    with fake_api() as server:
-        yield server
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def created(body: dict[str, Any] | None) -> dict[str, Any]:

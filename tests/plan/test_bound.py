@@ -28,7 +28,8 @@ def pipeline(text: str) -> Pipeline:
     return loaded.pipeline
 
 
-LADDER = pipeline("""
+#: One stage spending every budget once: two rungs, a preemption, an application retry.
+LADDER_STAGE = """
 stage "s" {
   image   = "i:1"  command = ["x"]
   timeout = 1h
@@ -43,7 +44,8 @@ stage "s" {
     on_oom { memory = [8Gi, 16Gi] }
   }
 }
-""")
+"""
+LADDER = pipeline(LADDER_STAGE)
 
 
 def test_worst_case_spends_every_budget_once_each_attempt_to_its_timeout() -> None:
@@ -199,22 +201,7 @@ def test_cli_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "prices.json").write_text('{"gpu": {"L4": 1.0}, "cpu_hour": 0.25, '
                                           '"memory_gib_hour": 0.125}')
     source = tmp_path / "p.pipe"
-    source.write_text('pipeline "p" { storage = "s3://b/p" }\n' + """
-stage "s" {
-  image   = "i:1"  command = ["x"]
-  timeout = 1h
-  resources {
-    cpu = 4
-    gpu { count = 2  types = ["L4"] }
-  }
-  retry {
-    attempts    = 1
-    preemptions = 1
-    backoff     = 1m
-    on_oom { memory = [8Gi, 16Gi] }
-  }
-}
-""")
+    source.write_text('pipeline "p" { storage = "s3://b/p" }\n' + LADDER_STAGE)
     assert main(["bound", str(source), "--prices", str(tmp_path / "prices.json")]) == 0
     out = capsys.readouterr().out
     rows = {re.split(r"\s{2,}", line)[0]: re.split(r"\s{2,}", line)[1:]
