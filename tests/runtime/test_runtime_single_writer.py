@@ -123,10 +123,12 @@ def test_writers_taking_turns_leave_no_returned_commit_dangling(tmp_path: Path) 
 
     def run(committer: Committer, name: str, quiet: threading.Lock,
             committed: threading.Event) -> None:
-        # Commits until refused; a writer never refused stops after 300 (the test then fails).
-        for step in range(300):
-            if last_round.is_set():
-                return
+        # Commits until refused or until the test ends. A fixed number of commits let a writer
+        # on a busy machine run out before its successor's first commit (seen in CI); a writer
+        # that is never refused is caught by the join below timing out instead.
+        step = 0
+        while not last_round.is_set():
+            step += 1
             try:
                 with quiet:
                     commit = committer.commit(_staged(tmp_path, step, f"{name}-{step}".encode()))
@@ -137,22 +139,24 @@ def test_writers_taking_turns_leave_no_returned_commit_dangling(tmp_path: Path) 
             committed.set()
 
     current: tuple[threading.Thread, threading.Lock] | None = None
-    for round_number in range(8):
-        quiet, committed = threading.Lock(), threading.Event()
-        thread = threading.Thread(target=run, daemon=True, args=(
-            Committer(local, keep=2), f"w{round_number}", quiet, committed))
-        thread.start()
-        # The new writer claims the line after the previous one did (two claims at the same
-        # moment are ordered by their random ids instead, and either may win).
-        assert committed.wait(60)
-        if current is not None:
-            current[0].join(120)
-            assert not current[0].is_alive()
-        current = (thread, quiet)
-        with quiet:  # between two commits of the writer that holds the line
-            assert_no_manifest_dangles(local, returned)
-    assert current is not None
-    last_round.set()
+    try:
+        for round_number in range(8):
+            quiet, committed = threading.Lock(), threading.Event()
+            thread = threading.Thread(target=run, daemon=True, args=(
+                Committer(local, keep=2), f"w{round_number}", quiet, committed))
+            thread.start()
+            # The new writer claims the line after the previous one did (two claims at the same
+            # moment are ordered by their random ids instead, and either may win).
+            assert committed.wait(60)
+            if current is not None:
+                current[0].join(120)
+                assert not current[0].is_alive()
+            current = (thread, quiet)
+            with quiet:  # between two commits of the writer that holds the line
+                assert_no_manifest_dangles(local, returned)
+        assert current is not None
+    finally:
+        last_round.set()  # also stops every writer when an assertion above failed
     current[0].join(120)
     assert_no_manifest_dangles(local, returned)
     # Every writer but the last was refused once its successor committed.
