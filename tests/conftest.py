@@ -70,11 +70,36 @@ def pytest_report_header(config: pytest.Config) -> str:
             + " are deselected; --full runs them)")
 
 
+#: Seconds spent per tier (setup, call and teardown: a control plane's start and a Go build
+#: count where they happen) and tests per tier, so CI's report says where its budget goes.
+_TIER_SECONDS: dict[str, float] = {}
+_TIER_TESTS: dict[str, int] = {}
+
+
+def _tier_of(keywords: object) -> str:
+    for marker in sorted(FULL_TIER_MARKERS):
+        if marker in keywords:  # type: ignore[operator]
+            return marker
+    return "fast"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _tier_of(report.keywords)
+    _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
+    if report.when == "call":
+        _TIER_TESTS[tier] = _TIER_TESTS.get(tier, 0) + 1
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     count = terminalreporter.config.stash.get(_FULL_ONLY, 0)
     if count:
         terminalreporter.write_line(f"fast tier: {count} tests of the full tier deselected "
                                     "(python3 -m pytest -q --full runs everything)")
+    if _TIER_SECONDS:
+        terminalreporter.write_line("time by tier: " + ", ".join(
+            f"{tier} {int(seconds) // 60} min {int(seconds) % 60:02d} s "
+            f"({_TIER_TESTS.get(tier, 0)} tests)"
+            for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda kv: -kv[1])))
 
 
 @pytest.hookimpl(hookwrapper=True)
