@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from durapipe.compiler import memo, naming, runtime_delivery
-from durapipe.compiler.argo_text import input_path, render_text
+from durapipe.compiler.argo_text import input_path, render_text, upstream_hash_input
 from durapipe.compiler.context import CompileContext, Loc
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import (
@@ -288,11 +288,30 @@ def container_resources(ctx: CompileContext, stage: Stage, variant: Variant) -> 
 # -- the runtime: env, volumes, init container, sidecar ---------------------------------------
 
 
+#: The input parameter through which a stage's own template hands its pods the key of their
+#: inputs-scoped checkpoint line: only that template has the upstream content hashes.
+LINE_KEY_PARAM = "checkpoint-key"
+#: The key as a pod template that takes it from its task reads it.
+LINE_KEY_FROM_TASK = "{{inputs.parameters." + LINE_KEY_PARAM + "}}"
+
+
+def inputs_key_expression(plan: StagePlan, hash_inputs: dict[tuple[str, str], str]) -> str:
+    """The stage's cache key as Argo evaluates it (``memo``), over the template's inputs
+    ``hash_inputs``: the memoization key, and the name of an inputs-scoped checkpoint line."""
+    upstream = {f"{s}.{o}": name for (s, o), name in hash_inputs.items()}
+    return memo.key_expression(cache_static(plan.stage), sorted(plan.params), upstream)
+
+
 def cluster_site(ctx: CompileContext, plan: StagePlan, attempt: str, *,
-                 inputs: bool = True) -> Site:
-    """The contract's pod-side values: Argo's run name, the pod's own paths."""
+                 inputs: bool = True, line_key: str | None = None) -> Site:
+    """The contract's pod-side values: Argo's run name, the pod's own paths.  ``line_key``:
+    the text naming an inputs-scoped checkpoint line, where the template cannot compute it
+    (``LINE_KEY_FROM_TASK``); by default its own key expression (a template that has the
+    stage's hash inputs, or a stage with no upstream)."""
     pipeline, stage = ctx.pipeline, plan.stage
     ckpt = stage.checkpoint
+    if line_key is None and plan.inputs_keyed_line:
+        line_key = inputs_key_expression(plan, hash_inputs_for(plan))
     declared = {
         name: input_path(ref.path[0], ref.path[2])
         for name, ref in sorted(stage.inputs.items()) if ref.is_output
@@ -302,7 +321,8 @@ def cluster_site(ctx: CompileContext, plan: StagePlan, attempt: str, *,
         output_hash_dir=OUTPUT_HASH_DIR, termination_log=contract.DEFAULT_TERMINATION_LOG,
         inputs=declared, store_uri=pipeline.storage,
         checkpoint_uri=checkpoint_line(pipeline.storage or "", pipeline.name, stage.name,
-                                       ckpt.scope, RUN_ID) if ckpt is not None else "",
+                                       ckpt.scope, run=RUN_ID, inputs_key=line_key or "")
+        if ckpt is not None else "",
         checkpoint_path=ckpt.path if ckpt is not None else "",
         grace_seconds=grace_for_runtime(plan.pod.grace_seconds), upload_sidecar=True,
     )
@@ -315,8 +335,8 @@ def env_list(pairs: list[tuple[str, str]]) -> list[Json]:
 
 
 def pod_env(ctx: CompileContext, plan: StagePlan, variant: Variant, attempt: str, *,
-            inputs: bool = True) -> list[Json]:
-    site = cluster_site(ctx, plan, attempt, inputs=inputs)
+            inputs: bool = True, line_key: str | None = None) -> list[Json]:
+    site = cluster_site(ctx, plan, attempt, inputs=inputs, line_key=line_key)
     return env_list(contract_env(ctx.pipeline, plan, variant, site))
 
 
@@ -398,7 +418,7 @@ def main_mounts(ctx: CompileContext, plan: StagePlan) -> list[Json]:
     return out
 
 
-def init_container(ctx: CompileContext, plan: StagePlan) -> Json:
+def init_container(ctx: CompileContext, plan: StagePlan, *, line_key: str | None = None) -> Json:
     """With the ConfigMap delivery: a preflight in the stage's own image, so an image whose
     Python cannot run the runtime, or that has no client for the checkpoint store, fails the
     pod with a verdict line before the trainer starts.  With a runtime image: copy the
@@ -417,7 +437,7 @@ def init_container(ctx: CompileContext, plan: StagePlan) -> Json:
             }],
         }
     command = ["python3", ZIPAPP, "preflight"]
-    checkpoint_uri = cluster_site(ctx, plan, "", inputs=False).checkpoint_uri
+    checkpoint_uri = cluster_site(ctx, plan, "", inputs=False, line_key=line_key).checkpoint_uri
     if plan.pod.sidecar and checkpoint_uri:
         command += ["--uri", kubelet_literal(checkpoint_uri)]
     init: Json = {"name": PREFLIGHT_CONTAINER, "image": plan.stage.image, "command": command}
@@ -508,12 +528,20 @@ def memoize(ctx: CompileContext, plan: StagePlan,
     cache = plan.stage.cache
     if cache is None:
         return None
-    upstream = {f"{s}.{o}": name for (s, o), name in hash_inputs.items()}
     return {
-        "key": memo.key_expression(cache_static(plan.stage), sorted(plan.params), upstream),
+        "key": inputs_key_expression(plan, hash_inputs),
         "maxAge": units.format_seconds(cache.max_age) if cache.max_age is not None else "",
         "cache": {"configMap": {"name": naming.cache_configmap(ctx.pipeline.name)}},
     }
+
+
+def hash_inputs_for(plan: StagePlan) -> dict[tuple[str, str], str]:
+    """The input parameters of a stage's template that carry upstream content hashes, by
+    (upstream stage, output): its cache key reads them, and so does the name of an
+    inputs-scoped checkpoint line."""
+    if not (plan.cached or plan.inputs_keyed_line):
+        return {}
+    return {(s, o): upstream_hash_input(s, o) for s, o in plan.upstream}
 
 
 def resources_patch(ctx: CompileContext, *, memory: bool, gpu_count: bool) -> Json:

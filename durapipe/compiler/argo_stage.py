@@ -22,7 +22,11 @@ from durapipe.compiler.argo_pod import (
     fill_main_container,
     gpu_label,
     gpu_product,
+    hash_inputs_for,
     init_container,
+    inputs_key_expression,
+    LINE_KEY_FROM_TASK,
+    LINE_KEY_PARAM,
     memoize,
     on_demand_on_last_retry,
     on_demand_outright,
@@ -39,7 +43,7 @@ from durapipe.compiler.argo_text import (
     hash_param_name,
     input_path,
     render_ref,
-    upstream_hash_input,
+
 )
 from durapipe.compiler.context import CompileContext, Loc
 from durapipe.compiler.plan import (
@@ -251,7 +255,8 @@ def attempt_text(task: TaskPlan, count: Count, *, shared: bool = False) -> str:
 
 
 def main_container(ctx: CompileContext, plan: StagePlan, task: TaskPlan, count: Count,
-                   t: Json, *, shared: bool = False, varying: Varying | None = None) -> None:
+                   t: Json, *, shared: bool = False, varying: Varying | None = None,
+                   line_key: str | None = None) -> None:
     """The leaf's main container (or script) and its upload sidecar, into ``t``.  What
     ``varying`` names comes from the task's inputs."""
     stage = plan.stage
@@ -262,7 +267,8 @@ def main_container(ctx: CompileContext, plan: StagePlan, task: TaskPlan, count: 
         variant = replace(variant, memory=None)  # podSpecPatch sets it
     if varying.gpu_count:
         variant = replace(variant, gpu_count=None)
-    env = pod_env(ctx, plan, variant, attempt_text(task, count, shared=shared))
+    env = pod_env(ctx, plan, variant, attempt_text(task, count, shared=shared),
+                  line_key=line_key)
     from_task: dict[str, str] = {}
     if varying.rung:
         from_task[contract.ENV_RUNG] = "{{inputs.parameters.rung}}"
@@ -298,6 +304,11 @@ def leaf(ctx: CompileContext, plan: StagePlan, task: TaskPlan,
         names.append(argo_retry.PREEMPTED_BEFORE)
     if names:
         names += varying.params()
+    # Only the stage's own template has the upstream hashes that name its checkpoint line.
+    line_key = LINE_KEY_FROM_TASK if plan.inputs_keyed_line and not single else None
+    if line_key is not None:
+        names.append(LINE_KEY_PARAM)
+    if names:
         inputs = {"parameters": [{"name": n} for n in names], **inputs}
     if inputs:
         t["inputs"] = inputs
@@ -332,8 +343,8 @@ def leaf(ctx: CompileContext, plan: StagePlan, task: TaskPlan,
     if patch is not None:
         t["podSpecPatch"] = patch
     t["volumes"] = volumes(ctx, plan)
-    t["initContainers"] = [init_container(ctx, plan)]
-    main_container(ctx, plan, task, count, t, shared=shared, varying=varying)
+    t["initContainers"] = [init_container(ctx, plan, line_key=line_key)]
+    main_container(ctx, plan, task, count, t, shared=shared, varying=varying, line_key=line_key)
     return t
 
 
@@ -530,12 +541,22 @@ def grid_task(ctx: CompileContext, plan: StagePlan, task: TaskPlan, arts: list[J
                        "value": preempted_before(plan, task, conds)})
     if shared:
         params += variant_arguments(ctx, plan, task.variant, Varying.of(plan, True))
+    params += line_key_argument(plan)
     args: Json = {"parameters": params} if params else {}
     if arts:
         args["artifacts"] = arts
     if args:
         out["arguments"] = args
     return out
+
+
+def line_key_argument(plan: StagePlan) -> list[Json]:
+    """What a stage's template passes its pods: the key of their inputs-scoped checkpoint
+    line, evaluated over its own inputs."""
+    if not plan.inputs_keyed_line:
+        return []
+    return [{"name": LINE_KEY_PARAM,
+             "value": inputs_key_expression(plan, hash_inputs_for(plan))}]
 
 
 def preempted_before(plan: StagePlan, task: TaskPlan, conds: list[str]) -> str:
@@ -638,17 +659,10 @@ def grid_template(ctx: CompileContext, plan: StagePlan, hash_inputs: dict[tuple[
 # -- the dispatch table -----------------------------------------------------------------------
 
 
-def hash_inputs_of(plan: StagePlan) -> dict[tuple[str, str], str]:
-    """A cached stage's key reads the content hashes of the upstream outputs it uses."""
-    if not plan.cached:
-        return {}
-    return {(s, o): upstream_hash_input(s, o) for s, o in plan.upstream}
-
-
 def lower_pod(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     check_gpu(ctx, plan)
     check_texts(ctx, plan)
-    hash_inputs = hash_inputs_of(plan)
+    hash_inputs = hash_inputs_for(plan)
     (task,) = plan.tasks
     m = memoize(ctx, plan, hash_inputs)
     if m is None or not task.retried:
@@ -686,11 +700,16 @@ def wrapper_template(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], i
         }
     t["memoize"] = memo
     task: Json = {"name": inner, "template": inner}
+    args: Json = {}
+    if plan.inputs_keyed_line:
+        args["parameters"] = line_key_argument(plan)
     if plan.upstream:
-        task["arguments"] = {"artifacts": [
+        args["artifacts"] = [
             {"name": artifact_input_name(s, o),
              "from": "{{inputs.artifacts." + artifact_input_name(s, o) + "}}"}
-            for s, o in sorted(plan.upstream)]}
+            for s, o in sorted(plan.upstream)]
+    if args:
+        task["arguments"] = args
     t["dag"] = {"tasks": [task]}
     return t
 
@@ -705,7 +724,7 @@ def lower_grid(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
                   "(memory rungs x GPU types x application attempts, and a backoff wait before "
                   "each application retry), over Argo's 200 per DAG",
                   loc, help="lower `retry.attempts` or the ladder")
-    hash_inputs = hash_inputs_of(plan)
+    hash_inputs = hash_inputs_for(plan)
     pods = pod_templates(ctx, plan, hash_inputs)
     extra = [oom_exhausted_template(ctx, plan)] if plan.has_ladder else []
     shared = {naming.JOIN_TEMPLATE} | ({naming.WAIT_TEMPLATE} if waits(plan) else set())

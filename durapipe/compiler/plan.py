@@ -217,6 +217,9 @@ class StagePlan:
     #: (upstream stage, output) pairs the stage reads, in first-use order.
     upstream: tuple[tuple[str, str], ...]
     cached: bool
+    #: Its checkpoint line is found by its inputs (``checkpoint { scope = "inputs" }``): its
+    #: templates need the upstream content hashes even without a cache.
+    inputs_keyed_line: bool
     #: The retry rules its executors step (``durapipe.plan.machine``).
     rules: Rules
 
@@ -392,7 +395,9 @@ def plan_stage(pipeline: Pipeline, index: int, *, checkpoint_grace_seconds: int)
         has_ladder=len(rungs) > 1, variants=variants, tasks=tasks,
         budgets=RetryBudgets(rule.attempts, rule.preemptions, backoff_of(rule), rule.gpu_oom),
         pod=pod_shape(stage, checkpoint_grace_seconds), params=params, upstream=upstream,
-        cached=stage.cache is not None, rules=Rules.of(stage),
+        cached=stage.cache is not None,
+        inputs_keyed_line=stage.checkpoint is not None and stage.checkpoint.scope == "inputs",
+        rules=Rules.of(stage),
     )
 
 
@@ -444,10 +449,14 @@ class Site:
     upload_sidecar: bool
 
 
-def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, run: str) -> str:
-    """Where a stage's checkpoints live: keyed by run (or pipeline) and stage, never by
-    attempt, so retries, rungs and fallback types all resume from the same line."""
+def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, *, run: str,
+                    inputs_key: str) -> str:
+    """Where a stage's checkpoints live: by the stage's inputs (its cache key), by run or by
+    pipeline, and stage; never by attempt, so retries, rungs and fallback types all resume
+    from the same line, and with ``inputs`` so does a later run of the same inputs."""
     base = f"{root.rstrip('/')}/{pipeline}"
+    if scope == "inputs":
+        return f"{base}/inputs/{stage}/{inputs_key}/checkpoints"
     if scope == "pipeline":
         return f"{base}/stages/{stage}/checkpoints"
     return f"{base}/runs/{run}/{stage}/checkpoints"

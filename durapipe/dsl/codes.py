@@ -100,7 +100,7 @@ a number and one of `s m h d` (`30m`, `12h`, `7d`, `1h30m`); CPU is a plain numb
 (`8`, `0.5`) or the quoted Kubernetes form `"500m"`."""),
     Code("P0206", "value is not one of the allowed choices", """
 The attribute takes one of a fixed set of words, e.g. `kind = "workflow" | "template" | "cron"`
-or `checkpoint { scope = "run" | "pipeline" }`."""),
+or `checkpoint { scope = "inputs" | "run" | "pipeline" }`."""),
     Code("P0207", "misplaced or repeated top-level block", """
 A file has exactly one `pipeline "name" { }` block, at most one `params` and one `defaults`
 block, and any number of `stage "name" { }` blocks.  Only those four appear at top level."""),

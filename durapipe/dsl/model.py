@@ -210,8 +210,10 @@ class Checkpoint:
     path: str = "/var/run/durapipe/checkpoint"
     #: Committed checkpoints kept in storage.
     keep: Annotated[int, Bounds(ge=1, le=1000)] = 3
-    #: "run": this run only; "pipeline": later runs of the same pipeline resume from it too.
-    scope: Literal["run", "pipeline"] = "run"
+    #: Which runs share the line. "inputs": every run whose stage has the same inputs (its
+    #: cache key: params, upstream content hashes, image, command, env, cache version), so a
+    #: resubmitted run resumes; "run": this run only; "pipeline": every run of the pipeline.
+    scope: Literal["inputs", "run", "pipeline"] = "inputs"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -273,6 +273,7 @@ class Runner:
                 self._event("cached", record, record.reason)
                 return
         record.status = "running"
+        record.checkpoint_line = self._checkpoint_uri(stage)
         self._event("start", record, "")
         self._attempts(self.plans[stage.name], record, key)
         record.seconds = time.monotonic() - started
@@ -483,11 +484,18 @@ class Runner:
     # -- environment and command ----------------------------------------------------------
 
     def _checkpoint_uri(self, stage: Stage) -> str:
+        """The stage's checkpoint line: a resumed run's own line for the stage (even where
+        the inputs changed since: a fixed evaluation must not retrain), else by its scope."""
         if stage.checkpoint is None:
             return ""
+        previous = self.resumed.stages.get(stage.name) if self.resumed else None
+        if previous is not None and previous.checkpoint_line:
+            return previous.checkpoint_line
         run = self.resumed.run_id if self.resumed else self.run_id
+        inputs_key = self._inputs_key(self.plans[stage.name]) \
+            if stage.checkpoint.scope == "inputs" else ""
         return checkpoint_line(self.store_root, self.pipeline.name, stage.name,
-                               stage.checkpoint.scope, run)
+                               stage.checkpoint.scope, run=run, inputs_key=inputs_key)
 
     def _latest_checkpoint(self, stage: Stage) -> str:
         """The newest committed checkpoint this attempt will find, for the report."""
@@ -586,6 +594,11 @@ class Runner:
         passes: kubelet-escaped, as the compiled defaults are (``argo_workflow.arguments``)."""
         if not plan.cached:
             return ""
+        return self._inputs_key(plan)
+
+    def _inputs_key(self, plan: StagePlan) -> str:
+        """The stage's cache key whether or not it caches: it also names an inputs-scoped
+        checkpoint line (``plan.checkpoint_line``), as in the compiled workflow."""
         params = {name: kubelet_literal(self.params[name]) for name in sorted(plan.params)}
         upstream = {f"{stage}.{output}": self.record.stages[stage].output_hashes.get(output, "")
                     for stage, output in plan.upstream}

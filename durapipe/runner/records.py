@@ -40,6 +40,8 @@ class StageRecord:
     status: str = "pending"
     reason: str = ""
     cache_key: str = ""
+    #: The checkpoint line (store URI) the stage's attempts restore from and commit to.
+    checkpoint_line: str = ""
     outputs: dict[str, str] = field(default_factory=dict)
     output_hashes: dict[str, str] = field(default_factory=dict)
     attempts: list[AttemptRecord] = field(default_factory=list)

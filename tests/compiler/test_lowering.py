@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 
 from durapipe.compiler import CompileOptions, CompileResult, compile_pipeline, memo
 from durapipe.compiler import argo_retry as retry
+from durapipe.compiler.plan import cache_static
 from durapipe.runtime import contract
 from tests.compiler.models import (
     GI,
@@ -221,7 +223,7 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
     assert {t["template"] for t in grid[:3]} == {"train-pod"}
     leaf = ts["train-pod"]
     assert [p["name"] for p in leaf["inputs"]["parameters"]] == [
-        "attempt", "preempted-before", "rung", "memory", "memory-bytes"]
+        "attempt", "preempted-before", "rung", "memory", "memory-bytes", "checkpoint-key"]
     assert "memory" not in leaf["container"].get("resources", {}).get("limits", {})
     patch = json.loads(leaf["podSpecPatch"])
     assert patch["containers"] == [{"name": "main", "resources": {
@@ -237,13 +239,15 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
         spent = "0" if rung == 0 else REPORTED.format(task=grid[rung - 1]["name"], budget=2)
         assert args == {"attempt": str(rung), "preempted-before": spent, "rung": str(rung),
                         "memory": size,
-                        "memory-bytes": str({0: 256, 1: 512, 2: 1024}[rung] * GI)}
+                        "memory-bytes": str({0: 256, 1: 512, 2: 1024}[rung] * GI),
+                        "checkpoint-key": grid[0]["arguments"]["parameters"][-1]["value"]}
     # An OOM kill is never retried on the same rung; the next rung's task runs instead.
     assert leaf["retryStrategy"]["expression"] == PREEMPTED
     assert leaf["retryStrategy"]["limit"] == "{{=2 - asInt(inputs.parameters['preempted-before'])}}"
-    # Every rung resumes from the same checkpoint line (keyed by run and stage only): the
-    # one template holds it.
-    assert env[contract.ENV_CHECKPOINT_URI].endswith("/runs/{{workflow.name}}/train/checkpoints")
+    # Every rung resumes from the same checkpoint line (named by the stage's inputs, never by
+    # rung): each task passes the one key, and the one template holds the line.
+    assert env[contract.ENV_CHECKPOINT_URI].endswith(
+        "/inputs/train/{{inputs.parameters.checkpoint-key}}/checkpoints")
     exhausted = ts["train-oom-exhausted"]["container"]
     assert "ran out of memory at every size" in exhausted["command"][2]
     assert "256Gi, 512Gi, 1Ti" in exhausted["command"][2]
@@ -253,9 +257,31 @@ def test_oom_ladder_unrolls_into_rung_tasks_with_exact_conditions() -> None:
     assert [t["template"] for t in grid if t["name"] == "train-done"] == ["durapipe-join"]
 
 
-def test_checkpoint_uri_is_keyed_by_run_or_pipeline_and_stage_never_attempt() -> None:
-    run = env_of(pod(templates(compiled(pipeline(ladder_stage(), storage="s3://b/p"))),
-                     "train-mem-1ti"))
+def test_checkpoint_uri_is_keyed_by_inputs_run_or_pipeline_and_stage_never_attempt() -> None:
+    # The default, by inputs: the stage's cache key, as its memoization computes it, whether
+    # it caches or not; a grid's tasks hand it to the pod (only the grid has the hashes).
+    for cache in (None, Cache(version="v3")):
+        ladder = replace(ladder_stage(), cache=cache)
+        ts = templates(compiled(pipeline(ladder, storage="s3://b/p")))
+        keyed = env_of(pod(ts, "train-mem-1ti"))
+        assert keyed[contract.ENV_CHECKPOINT_URI] == (
+            "s3://b/p/demo/inputs/train/{{inputs.parameters.checkpoint-key}}/checkpoints")
+        key = memo.key_expression(cache_static(ladder), [], {})
+        assert {t["name"]: [p["value"] for p in t["arguments"]["parameters"]
+                            if p["name"] == "checkpoint-key"]
+                for t in ts["train"]["dag"]["tasks"] if "-mem-" in t["name"]} == {
+            "train-mem-256gi": [key], "train-mem-512gi": [key], "train-mem-1ti": [key]}
+        if cache is not None:
+            assert ts["train"]["memoize"]["key"] == key
+    # A single pod computes it itself, over the upstream hashes it receives even uncached.
+    uncached = replace(prep_train_eval(), stages=tuple(
+        replace(s, cache=None, checkpoint=Checkpoint()) for s in prep_train_eval().stages))
+    train = templates(compiled(uncached))["train"]
+    assert [p["name"] for p in train["inputs"]["parameters"]] == ["prep-data-hash"]
+    assert "'upstream': {'prep.data': inputs.parameters['prep-data-hash']}" in \
+        env_of(train)[contract.ENV_CHECKPOINT_URI]
+    run_scoped = stage(checkpoint=Checkpoint(scope="run"))
+    run = env_of(templates(compiled(pipeline(run_scoped, storage="s3://b/p")))["train"])
     assert run[contract.ENV_CHECKPOINT_URI] == "s3://b/p/demo/runs/{{workflow.name}}/train/checkpoints"
     s = stage(checkpoint=Checkpoint(scope="pipeline", path="/ckpt", keep=5))
     env = env_of(templates(compiled(pipeline(s, storage="s3://b/p")))["train"])
@@ -288,8 +314,8 @@ def test_runtime_is_injected_with_wrapper_init_container_sidecar_and_grace() -> 
     (init,) = t["initContainers"]
     assert init["image"] == main["image"]
     assert init["command"] == ["python3", "/var/run/durapipe/bin/durapipe-runtime.pyz",
-                               "preflight", "--uri",
-                               "s3://b/p/demo/runs/{{workflow.name}}/train/checkpoints"]
+                               "preflight", "--uri", env_of(t)[contract.ENV_CHECKPOINT_URI]]
+    assert init["command"][-1].startswith("s3://b/p/demo/inputs/train/{{=sprig.sha256sum(")
     assert init["envFrom"] == [{"secretRef": {"name": "creds"}}]
     assert init["volumeMounts"] == [runtime_mount]
     (sidecar,) = t["sidecars"]

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from durapipe.compiler import CompileOptions, compile_pipeline
+from durapipe.compiler import CompileOptions, compile_pipeline, memo
 from durapipe.dsl import load_path
 from durapipe.runtime import contract
 from durapipe.runtime.build_zipapp import archive_bytes
@@ -98,6 +98,8 @@ def substitute(text: str, workflow_params: dict[str, str],
             return fixed[inner]
         if re.fullmatch(r"=(asInt\([^()]+\)|\d+)( \+ (asInt\([^()]+\)|\d+))*", inner):
             return total(inner[1:])
+        if inner.startswith("=sprig.sha256sum(toJson(") and inner.endswith("))"):
+            return inputs_key(inner, workflow_params)
         if inner.startswith("workflow.parameters.") and inner[20:] in workflow_params:
             return workflow_params[inner[20:]]
         if inner.startswith("inputs.parameters.") and inner[18:] in (inputs or {}):
@@ -105,6 +107,20 @@ def substitute(text: str, workflow_params: dict[str, str],
         raise AssertionError(f"placeholder {match.group(0)} has no substitution in this test")
 
     return re.sub(r"\{\{(.*?)\}\}", one, text)
+
+
+def inputs_key(expression: str, workflow_params: dict[str, str]) -> str:
+    """What Argo makes of a stage's key expression (``memo.key_expression``: a checkpoint
+    line's name): its params from the workflow's, its static digest as written, and the
+    upstream content hashes as empty, since a first attempt's pod runs here without its
+    upstream pods."""
+    params = {name: workflow_params[ref] for name, ref in
+              re.findall(r"'([^']+)': workflow\.parameters\['([^']+)'\]", expression)}
+    upstream = {name: "" for name, _ in
+                re.findall(r"'([^']+)': inputs\.parameters\['([^']+)'\]", expression)}
+    static = re.search(r"'static': '([0-9a-f]{64})'", expression)
+    assert static, expression
+    return memo.runtime_key(static.group(1), params, upstream)
 
 
 @dataclass
