@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from durapipe.compiler import naming
 from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
-from durapipe.runtime import contract
+from durapipe.compiler.argo_pod import RESUMED_FROM_OUTPUT
+from durapipe.runtime import contract, resume_report
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -71,6 +72,10 @@ class AttemptReport:
     reason: str
     started_at: str
     finished_at: str
+    #: What its first restore found: ``#12 (step 8)``, ``""`` for a fresh line or no report.
+    resumed_from: str = ""
+    #: The checkpoint line it restored from, as the runtime reported it.
+    checkpoint_line: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,10 @@ class StageReport:
     memory: str = ""
     gpu_type: str = ""
     message: str = ""
+    #: Where the stage's first attempt started from: the line and commit it restored (a run
+    #: resubmitted with the same inputs resumes its predecessor's line), ``""`` if fresh.
+    resumed_from: str = ""
+    checkpoint_line: str = ""
 
 
 @dataclass
@@ -425,7 +434,12 @@ def _attempt(node: Json, tmpl: Json) -> AttemptReport:
         # The controller failed the pod while it waited for capacity (and deleted it): the
         # GPU type gave way to the next one.
         verdict, reason = PENDING_TIMEOUT, f"no capacity within {tmpl['pendingTimeout']}"
+    outputs = {str(p.get("name")): str(p.get("value", "")) for p in
+               (node.get("outputs") or {}).get("parameters") or () if isinstance(p, dict)}
+    restore = resume_report.parse(outputs.get(RESUMED_FROM_OUTPUT, ""))
     return AttemptReport(
+        resumed_from=resume_report.describe(restore),
+        checkpoint_line=str(restore["line"]) if restore is not None else "",
         node=display, attempt=_int(env.get(contract.ENV_ATTEMPT)),
         rung=_int(env.get(contract.ENV_RUNG)), memory=_memory(env, params, tmpl),
         gpu_type=env.get(contract.ENV_GPU_TYPE, ""), phase=phase, verdict=verdict,
@@ -553,6 +567,7 @@ def interpret(wf: object) -> RunReport:
         verdicts = [a.verdict for a in attempts]
         ran = next((a for a in reversed(attempts) if a.verdict == contract.VERDICT_SUCCESS),
                    attempts[-1] if attempts else None)
+        first = next((a for a in attempts if a.checkpoint_line), None)
         stages.append(StageReport(
             stage=stage, phase=phase, cache_hit=bool(hit), attempts=attempts,
             preemptions=BudgetUse(verdicts.count(contract.VERDICT_PREEMPTED),
@@ -566,6 +581,8 @@ def interpret(wf: object) -> RunReport:
             rung=ran.rung if ran else None, memory=ran.memory if ran else "",
             gpu_type=ran.gpu_type if ran else "",
             message=notes.get(stage) or (str(own.get("message", "")) if own is not None else ""),
+            resumed_from=first.resumed_from if first else "",
+            checkpoint_line=first.checkpoint_line if first else "",
         ))
     return RunReport(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
@@ -636,6 +653,10 @@ def render(report: RunReport) -> str:
     ended = [s for s in report.stages if s.phase in ("Failed", "Error") and s.message]
     if ended:
         lines += [""] + [f"{s.stage}: {s.message}" for s in ended]
+    resumed = [s for s in report.stages if s.resumed_from]
+    if resumed:
+        lines += ["", "Resumed from checkpoints:"]
+        lines += [f"  {s.stage}: {s.resumed_from} of {s.checkpoint_line}" for s in resumed]
     failed = [(s.stage, a) for s in report.stages for a in s.attempts
               if a.verdict not in (contract.VERDICT_SUCCESS, RUNNING)]
     if failed:

@@ -33,6 +33,9 @@ Json = dict[str, Any]
 RUNTIME_VOLUME = "durapipe"
 ZIPAPP = f"{contract.RUNTIME_INSTALL_DIR}/{contract.RUNTIME_ZIPAPP_NAME}"
 OUTPUT_HASH_DIR = f"{RUNTIME_ROOT}/outputs"
+#: The runtime's report of the attempt's first restore, read as the ``resumed-from`` output.
+RESUME_REPORT = f"{RUNTIME_ROOT}/resumed-from.json"
+RESUMED_FROM_OUTPUT = "resumed-from"
 CHECKPOINT_VOLUME = "durapipe-checkpoint"
 SHM_VOLUME = "dshm"
 INSTALL_CONTAINER = "durapipe-install"
@@ -325,6 +328,8 @@ def cluster_site(ctx: CompileContext, plan: StagePlan, attempt: str, *,
         if ckpt is not None else "",
         checkpoint_path=ckpt.path if ckpt is not None else "",
         grace_seconds=grace_for_runtime(plan.pod.grace_seconds), upload_sidecar=True,
+        # A JobSet's pods are no Argo pods: nothing would read their outputs.
+        resume_report=RESUME_REPORT if ckpt is not None and plan.kind != "jobset" else "",
     )
 
 

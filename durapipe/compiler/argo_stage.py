@@ -19,6 +19,8 @@ from durapipe.compiler import argo_retry, naming
 from durapipe.compiler.argo_jobset import lower_jobset
 from durapipe.compiler.argo_pod import (
     OUTPUT_HASH_DIR,
+    RESUME_REPORT,
+    RESUMED_FROM_OUTPUT,
     fill_main_container,
     gpu_label,
     gpu_product,
@@ -130,18 +132,24 @@ def template_inputs(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], *,
 
 
 def leaf_outputs(plan: StagePlan) -> Json:
+    """A pod's outputs: each declared output and its content hash, and with a checkpoint
+    what its first restore found (for `durapipe status`: which line, which commit, which step)."""
     outputs = plan.stage.outputs
-    if not outputs:
-        return {}
     names = sorted(outputs)
-    return {
-        "parameters": [
-            {"name": hash_param_name(n), "valueFrom": {
-                "path": f"{OUTPUT_HASH_DIR}/{n}{contract.OUTPUT_HASH_SUFFIX}", "default": ""}}
-            for n in names
-        ],
-        "artifacts": [{"name": n, "path": outputs[n]} for n in names],
-    }
+    params: list[Json] = [
+        {"name": hash_param_name(n), "valueFrom": {
+            "path": f"{OUTPUT_HASH_DIR}/{n}{contract.OUTPUT_HASH_SUFFIX}", "default": ""}}
+        for n in names
+    ]
+    if plan.stage.checkpoint is not None:
+        params.append({"name": RESUMED_FROM_OUTPUT,
+                       "valueFrom": {"path": RESUME_REPORT, "default": ""}})
+    out: Json = {}
+    if params:
+        out["parameters"] = params
+    if names:
+        out["artifacts"] = [{"name": n, "path": outputs[n]} for n in names]
+    return out
 
 
 def retry_strategy(limit: str) -> Json:

@@ -447,6 +447,8 @@ class Site:
     grace_seconds: str | None
     #: The checkpoint upload sidecar (the cluster) rather than the runtime's own thread.
     upload_sidecar: bool
+    #: Where the runtime reports what the first restore found (``contract.ENV_RESUME_REPORT``).
+    resume_report: str = ""
 
 
 def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, *, run: str,
@@ -499,6 +501,8 @@ def contract_env(pipeline: Pipeline, plan: StagePlan, variant: Variant,
         env.append((contract.ENV_CHECKPOINT_URI, site.checkpoint_uri))
         env.append((contract.ENV_CHECKPOINT_PATH, site.checkpoint_path))
         env.append((contract.ENV_CHECKPOINT_KEEP, str(ckpt.keep)))
+        if site.resume_report:
+            env.append((contract.ENV_RESUME_REPORT, site.resume_report))
         if site.upload_sidecar:
             env.append((contract.ENV_SPOOL_DIR, contract.DEFAULT_SPOOL_DIR))
             env.append((contract.ENV_UPLOADER, "sidecar"))

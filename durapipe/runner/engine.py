@@ -49,7 +49,7 @@ from durapipe.runner.records import (
     runs_dir,
     write_json_atomic,
 )
-from durapipe.runtime import contract
+from durapipe.runtime import contract, resume_report
 from durapipe.runtime.manifest import decode_manifest, manifest_key
 from durapipe.runtime.restore import list_commits
 from durapipe.runtime.store import StoreError, open_store
@@ -340,6 +340,9 @@ class Runner:
         process = self._supervise(stage, self._wrapper(site, argv), env, cgroup, fault, log_path)
         seconds = time.monotonic() - started
         verdict, message = self._judge(process, Path(site.termination_log), cgroup)
+        reported = resume_report.read_text(Path(site.resume_report)) if site.resume_report else None
+        if reported is not None:  # what the attempt's restore found, rather than foreseen
+            resumed_from = reported
         if cgroup is not None:
             cgroup.remove()
         return AttemptRecord(
@@ -362,7 +365,8 @@ class Runner:
             inputs=self._declared_inputs(stage), store_uri=self.store_root,
             checkpoint_uri=self._checkpoint_uri(stage),
             checkpoint_path=str(attempt_dir / "checkpoint"),
-            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False)
+            grace_seconds=str(self.options.grace_seconds), upload_sidecar=False,
+            resume_report=str(attempt_dir / "resumed-from.json") if stage.checkpoint else "")
 
     def _wrapper(self, site: Site, argv: list[str]) -> list[str]:
         """The command under the runtime wrapper, as the pod runs it."""
@@ -498,6 +502,8 @@ class Runner:
                                stage.checkpoint.scope, run=run, inputs_key=inputs_key)
 
     def _latest_checkpoint(self, stage: Stage) -> str:
+        # The newest commit before the attempt starts; the runtime's own report of its
+        # restore (``resume_report.read_text``) replaces it when the attempt wrote one.
         """The newest committed checkpoint this attempt will find, for the report."""
         uri = self._checkpoint_uri(stage)
         if not uri:

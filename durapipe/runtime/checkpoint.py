@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from durapipe.runtime import contract
+from durapipe.runtime import contract, resume_report
 from durapipe.runtime.commit import DEFAULT_KEEP, Committer, UploadBackoff, attempt_request
 from durapipe.runtime.deadline import Deadline, DeadlineStore, RestoreAbandoned, grace_from_env
 from durapipe.runtime.errors import (
@@ -171,6 +171,8 @@ class Checkpoint:
         #: keeps one writer however many processes call ``save``.
         self.rank = contract.distributed_rank(ranks, contract.ENV_RANK)
         self.local_rank = contract.distributed_rank(ranks, contract.ENV_LOCAL_RANK)
+        #: Where to say what the first restore found (the compiled pod's, or the runner's).
+        self._resume_report = ranks.get(contract.ENV_RESUME_REPORT) or None
         self._skip_logged = False
         self._restored: Restored | None = None
         #: A restore given up at its deadline that may still be running (see load_sync).
@@ -398,7 +400,21 @@ class Checkpoint:
         :class:`Deadline` (which begins with this call)."""
         if self._restored is None:
             self._restored = self._restore_before(Deadline(self.grace_seconds))
+            self._report_restore(self._restored)
         return self._restored.path if self._restored else None
+
+    def _report_restore(self, restored: Restored | None) -> None:
+        """Say which commit the attempt resumed from (rank 0 only: one report per pod); a
+        report that cannot be written costs `status` its detail, never the training."""
+        if self._resume_report is None or not self.is_writer:
+            return
+        commit = restored.commit if restored is not None else None
+        try:
+            resume_report.write(self._resume_report, self.uri,
+                                commit.seq if commit is not None else None,
+                                commit.metadata.get("step") if commit is not None else None)
+        except OSError as error:
+            log.warning("could not write the resume report %s: %s", self._resume_report, error)
 
     def _restore_before(self, deadline: Deadline) -> Restored | None:
         """:func:`restore_newest` on a thread of its own, waited for until ``deadline``: a

@@ -26,8 +26,15 @@ ENV_GPU_TYPE: Final = "DURAPIPE_GPU_TYPE"
 ENV_MEMORY_LIMIT: Final = "DURAPIPE_MEMORY_LIMIT_BYTES"
 #: Root URI of the store (``file:///...`` or ``s3://bucket/prefix``).
 ENV_STORE_URI: Final = "DURAPIPE_STORE_URI"
-#: URI of this stage's checkpoint line. Keyed by run (or pipeline) and stage, never by attempt.
+#: URI of this stage's checkpoint line. Keyed by the stage's inputs (or run, or pipeline) and
+#: stage, never by attempt.
 ENV_CHECKPOINT_URI: Final = "DURAPIPE_CHECKPOINT_URI"
+#: Where the runtime writes what the attempt's first restore found (``RESUME_REPORT_KEYS``, a
+#: JSON object): the cluster reads it as the ``resumed-from`` output parameter for `status`.
+ENV_RESUME_REPORT: Final = "DURAPIPE_RESUME_REPORT"
+#: Its keys: the line's URI, and the restored commit's sequence number and ``step`` metadata
+#: (``null`` when the line had no commit, or the commit no step).
+RESUME_REPORT_KEYS: Final = ("line", "seq", "step")
 #: Local directory where user code writes checkpoints before they are committed.
 ENV_CHECKPOINT_PATH: Final = "DURAPIPE_CHECKPOINT_PATH"
 #: How many committed checkpoints to keep.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +13,14 @@ from hypothesis import HealthCheck, given, settings
 
 from durapipe.cluster import run_status
 from durapipe.cluster.run_status import BudgetUse, MalformedWorkflow, interpret, verdict_of
+from durapipe.compiler import memo
+from durapipe.compiler.plan import cache_static
+from durapipe.dsl import load_path
 from durapipe.runtime import contract
 from tests.cluster.hostile import CONTROL, HOSTILE, RECORDED_OBJECTS, mutated_workflows
 from tests.cluster.record_workflows import cases, load_recorded, run_case
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def stage(report: run_status.RunReport, name: str) -> run_status.StageReport:
@@ -46,6 +52,31 @@ def test_spot_reclaims_spend_the_preemption_budget_not_attempts() -> None:
     assert [a.attempt for a in s.attempts] == [0, 1, 2, 3]
     assert s.gpu_type == "A10G" and s.memory == "64Gi"
     assert s.attempts[1].reason == "SIGTERM"  # from the verdict line's JSON
+
+
+def test_status_says_which_commit_of_which_line_the_stage_resumed_from() -> None:
+    """The runtime's report of each restore reaches `status` through the pod's `resumed-from`
+    output; the line it names is the one Argo computed from the run's inputs."""
+    wf = load_recorded("spot-preemptions")
+    s = stage(interpret(wf), "train")
+    assert [a.resumed_from for a in s.attempts] == ["", "#3 (step 3)", "#5 (step 5)",
+                                                    "#6 (step 6)"]
+    line = s.checkpoint_line
+    assert s.resumed_from == "#3 (step 3)"
+    # What Argo made of the key expression the grid passes its pods is the runner's key.
+    loaded = load_path(str(REPO / "examples" / "spot_training.pipe")).pipeline
+    assert loaded is not None
+    (train,) = loaded.stages
+    params = {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+    key = memo.runtime_key(cache_static(train), params, {})
+    assert line == f"s3://acme-ml/durapipe/spot-training/inputs/train/{key}/checkpoints"
+    assert {p["value"] for n in wf["status"]["nodes"].values()
+            for p in (n.get("inputs") or {}).get("parameters") or ()
+            if p["name"] == "checkpoint-key"} == {key}
+    assert f"Resumed from checkpoints:\n  train: #3 (step 3) of {line}\n" in \
+        run_status.render(interpret(wf))
+    # A run whose stages restored nothing says nothing of it.
+    assert "Resumed" not in run_status.render(interpret(load_recorded("gpu-fallback")))
 
 
 def test_gpu_fallback_gives_way_after_each_pending_timeout() -> None:

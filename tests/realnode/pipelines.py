@@ -38,6 +38,9 @@ def _small(stage):
     ladder = {ladder!r}
     if ladder and retry is not None and retry.on_oom is not None:
         retry = replace(retry, on_oom=replace(retry.on_oom, memory=tuple(ladder)))
+    preemptions = {preemptions!r}
+    if preemptions is not None and retry is not None:
+        retry = replace(retry, preemptions=preemptions)
     return replace(stage, resources=resources, retry=retry)
 
 
@@ -47,12 +50,14 @@ pipeline = replace(_example, storage_secret={secret!r},
 
 
 def overlay(tmp: Path, example: str, *, cpu: int = 100, memory: int = 256 * 2**20,
-            ladder: tuple[int, ...] = ()) -> Path:
+            ladder: tuple[int, ...] = (), preemptions: int | None = None) -> Path:
     """A builder module resizing ``examples/<example>``: ``cpu`` in millicores, ``memory``
-    and the ``ladder`` rungs in bytes (the model's units)."""
+    and the ``ladder`` rungs in bytes (the model's units); ``preemptions``, where given, is
+    every retried stage's preemption budget."""
     module = tmp / f"small_{Path(example).stem}.py"
     module.write_text(OVERLAY.format(example=example, path=str(EXAMPLES / example), cpu=cpu,
-                                     memory=memory, ladder=list(ladder), secret=STORE_SECRET))
+                                     memory=memory, ladder=list(ladder), secret=STORE_SECRET,
+                                     preemptions=preemptions))
     return module
 
 

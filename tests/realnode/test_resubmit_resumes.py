@@ -1,0 +1,69 @@
+"""#25 on the real node: a run whose trainer is evicted with no preemption budget left fails
+for good; the same pipeline submitted again with the same params resumes from the failed
+run's last commit (the checkpoint line is named by the stage's inputs, `scope = "inputs"`),
+through moto's S3, and a run with another param starts at epoch 0."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from . import pipelines as pl
+from .conftest import Real
+from .test_preemption import NS, TEMPLATE, main_log, pod_node_phase, train_pods
+
+pytestmark = pytest.mark.realnode
+
+MiB = 2**20
+
+
+def started_at(real: Real, workflow: str) -> list[int]:
+    return [int(n) for pod in train_pods(real, workflow) for n in
+            re.findall(r"starting at epoch (\d+)", main_log(real, pod["metadata"]["name"]))]
+
+
+def test_a_run_failed_for_good_is_resubmitted_and_resumes_from_its_last_commit(
+    real: Real, tmp_path,
+) -> None:
+    module = pl.overlay(tmp_path, "spot_training.pipe", cpu=100, memory=256 * MiB,
+                        preemptions=0)
+    pl.deploy(real, module, tmp_path / "deploy")
+    params = ("epochs=30", "epoch_seconds=0.5")
+    first = pl.submit(real, TEMPLATE, NS, *params)
+
+    deadline = time.monotonic() + 300
+    reached, pod = 0, ""
+    while reached < 4 or pod_node_phase(real, first) != "Running":
+        assert time.monotonic() < deadline, "the first run never trained 4 epochs"
+        pods = train_pods(real, first)
+        if pods:
+            pod = pods[0]["metadata"]["name"]
+            done = re.findall(r"epoch (\d+) done", main_log(real, pod))
+            reached = int(done[-1]) if done else 0
+        time.sleep(0.5)
+    real.cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{NS}/pods/{pod}/eviction",
+                         "-f", "-", input=json.dumps({
+                             "apiVersion": "policy/v1", "kind": "Eviction",
+                             "metadata": {"name": pod, "namespace": NS}}))
+    failed = pl.wait_finished(real, first, NS, timeout=300)
+    phases = {n["displayName"]: n["phase"] for n in failed["status"]["nodes"].values()}
+    print(f"run 1 evicted at epoch >= {reached}: {phases}")
+    assert failed["status"]["phase"] == "Failed", phases
+    # The preemption had no budget and is never an application failure: no second attempt.
+    assert phases.get("train-app-1") in (None, "Omitted"), phases
+
+    # The same inputs: a new run (a new Workflow name), the previous run's line.
+    second = pl.submit(real, TEMPLATE, NS, *params)
+    assert second != first
+    pl.assert_succeeded(pl.wait_finished(real, second, NS, timeout=600))
+    (resumed,) = started_at(real, second)
+    print(f"run 2 started at epoch {resumed}")
+    assert resumed >= reached, (resumed, reached)
+
+    # Another learning rate: another line, from epoch 0.
+    third = pl.submit(real, TEMPLATE, NS, *params, "lr=0.01")
+    pl.assert_succeeded(pl.wait_finished(real, third, NS, timeout=600))
+    assert started_at(real, third) == [0]
