@@ -412,7 +412,7 @@ class Checkpoint:
         try:
             resume_report.write(self._resume_report, self.uri,
                                 commit.seq if commit is not None else None,
-                                commit.metadata.get("step") if commit is not None else None)
+                                commit.metadata if commit is not None else None)
         except OSError as error:
             log.warning("could not write the resume report %s: %s", self._resume_report, error)
 

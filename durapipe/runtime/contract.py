@@ -32,9 +32,10 @@ ENV_CHECKPOINT_URI: Final = "DURAPIPE_CHECKPOINT_URI"
 #: Where the runtime writes what the attempt's first restore found (``RESUME_REPORT_KEYS``, a
 #: JSON object): the cluster reads it as the ``resumed-from`` output parameter for `status`.
 ENV_RESUME_REPORT: Final = "DURAPIPE_RESUME_REPORT"
-#: Its keys: the line's URI, and the restored commit's sequence number and ``step`` metadata
-#: (``null`` when the line had no commit, or the commit no step).
-RESUME_REPORT_KEYS: Final = ("line", "seq", "step")
+#: Its keys: the line's URI, and the restored commit's sequence number and its ``step`` and
+#: ``epoch`` metadata, the progress a training loop records (``null`` when the line had no
+#: commit, or the commit no such metadata).
+RESUME_REPORT_KEYS: Final = ("line", "seq", "step", "epoch")
 #: Local directory where user code writes checkpoints before they are committed.
 ENV_CHECKPOINT_PATH: Final = "DURAPIPE_CHECKPOINT_PATH"
 #: How many committed checkpoints to keep.

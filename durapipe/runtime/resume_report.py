@@ -13,12 +13,18 @@ from typing import Any
 from durapipe.runtime import contract
 
 
-def write(path: str | os.PathLike[str], line: str, seq: int | None, step: object) -> None:
+def _progress(value: object) -> int | float | str | None:
+    return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
+
+
+def write(path: str | os.PathLike[str], line: str, seq: int | None,
+          metadata: dict[str, Any] | None) -> None:
     """Write the report atomically: a reader (Argo's wait container collecting outputs as the
     pod ends) sees the whole object or none."""
     target = Path(path)
-    record = dict(zip(contract.RESUME_REPORT_KEYS,
-                      (line, seq, step if isinstance(step, (int, float, str)) else None)))
+    metadata = metadata or {}
+    record = dict(zip(contract.RESUME_REPORT_KEYS, (
+        line, seq, _progress(metadata.get("step")), _progress(metadata.get("epoch")))))
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary.write_text(json.dumps(record, sort_keys=True))
@@ -38,11 +44,12 @@ def parse(text: str) -> dict[str, Any] | None:
 
 
 def describe(record: dict[str, Any] | None) -> str:
-    """``#12 (step 8)``; ``""`` when nothing was restored (a fresh line)."""
+    """``#12 (step 8)`` or ``#12 (epoch 3)``; ``""`` when nothing was restored (a fresh line)."""
     if record is None or not isinstance(record.get("seq"), int):
         return ""
-    step = record.get("step")
-    return f"#{record['seq']}" + (f" (step {step})" if step is not None else "")
+    progress = [f"{key} {record[key]}" for key in ("step", "epoch")
+                if record.get(key) is not None]
+    return f"#{record['seq']}" + (f" ({', '.join(progress)})" if progress else "")
 
 
 def read_text(path: Path) -> str | None:

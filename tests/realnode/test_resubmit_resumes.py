@@ -62,6 +62,11 @@ def test_a_run_failed_for_good_is_resubmitted_and_resumes_from_its_last_commit(
     (resumed,) = started_at(real, second)
     print(f"run 2 started at epoch {resumed}")
     assert resumed >= reached, (resumed, reached)
+    # `status` names the commit and the inputs-keyed line the new run resumed from.
+    status = pl.durapipe("status", second, "-n", NS, real=real).stdout
+    print(status)
+    (said,) = [line for line in status.splitlines() if line.startswith("  train: #")]
+    assert f"(epoch {resumed})" in said and "/spot-training/inputs/train/" in said, said
 
     # Another learning rate: another line, from epoch 0.
     third = pl.submit(real, TEMPLATE, NS, *params, "lr=0.01")

@@ -20,14 +20,14 @@ def test_the_first_restore_reports_the_line_commit_and_step(tmp_path: Path) -> N
     first = _checkpoint(tmp_path, fresh)
     assert first.load_sync() is None
     line = (tmp_path / "line").as_uri()
-    assert json.loads(fresh.read_text()) == {"line": line, "seq": None, "step": None}
+    assert json.loads(fresh.read_text()) == {"line": line, "seq": None, "step": None, "epoch": None}
     assert resume_report.read_text(fresh) == ""
     for step in (1, 2):
         first.save_sync(b"state %d" % step, metadata={"step": step})
     first.close()
     again = tmp_path / "again.json"
     assert _checkpoint(tmp_path, again).load_sync() is not None
-    assert json.loads(again.read_text()) == {"line": line, "seq": 2, "step": 2}
+    assert json.loads(again.read_text()) == {"line": line, "seq": 2, "step": 2, "epoch": None}
     assert resume_report.read_text(again) == "#2 (step 2)"
 
 
@@ -41,3 +41,4 @@ def test_what_is_no_report_reads_as_none() -> None:
     for text in ("", "not json", "[]", '{"seq": 3}'):
         assert resume_report.parse(text) is None
     assert resume_report.describe({"line": "s3://b/l", "seq": 4, "step": None}) == "#4"
+    assert resume_report.describe({"line": "s3://b/l", "seq": 4, "epoch": 2}) == "#4 (epoch 2)"
