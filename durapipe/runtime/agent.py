@@ -28,6 +28,7 @@ from typing import Any
 from durapipe.runtime import contract
 from durapipe.runtime.commit import DEFAULT_KEEP, Committer, UploadBackoff, attempt_request
 from durapipe.runtime.deadline import GRACE_MARGIN, grace_from_env
+from durapipe.runtime.errors import CheckpointError
 from durapipe.runtime.spool import RETRY_DIR, pending_requests, settle, write_result
 from durapipe.runtime.podstatus import record_pod_status
 from durapipe.runtime.store import Store, StoreError, open_store, store_client
@@ -113,6 +114,29 @@ class UploadAgent:
             self.grace_seconds = grace_seconds
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         (self.spool_dir / HEARTBEAT_FILE).write_text(json.dumps({"pid": os.getpid()}))
+        try:
+            self._drain_until_stopped(poll_seconds)
+        finally:
+            # A finished run frees its line at once (its lease would hold it a while more).
+            self.committer.claim.release()
+
+    def claim_line(self) -> None:
+        """Take the line now, before the first save: while the trainer trains, another run
+        with the same inputs finds this one's lease instead of a free line.  A refusal is
+        logged, not raised: the trainer's restore refuses alike and fails the stage with the
+        message, and each commit tries the claim again."""
+        try:
+            self.committer.claim.ensure(sleep=self.stopping.wait)
+        except CheckpointError as error:  # LineBusy, LineTakenOver
+            log.error("%s", error)
+        except (StoreError, OSError) as error:
+            log.warning("could not claim the checkpoint line yet (the first commit will "
+                        "try again): %s", error)
+
+    def _drain_until_stopped(self, poll_seconds: float) -> None:
+        # On a thread of its own: a store that never answers, or another run's lease waited
+        # for, must not hold the agent past its deadline (commits wait for it, in theirs).
+        threading.Thread(target=self.claim_line, name="durapipe-agent-claim", daemon=True).start()
         while not self.stopping.is_set():
             outcome = self.drain_once()
             if outcome == "idle":
@@ -245,6 +269,7 @@ def run_agent(
     keep = keep or int(os.environ.get(contract.ENV_CHECKPOINT_KEEP) or DEFAULT_KEEP)
     try:
         grace_seconds = grace_from_env()
+        contract.line_lease_from_env(os.environ)
     except ValueError as error:  # refused as the wrapper refuses it, not defaulted
         log.error("%s", error)
         return contract.EXIT_USAGE

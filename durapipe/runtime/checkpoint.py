@@ -16,8 +16,9 @@ download with the right size and digest; otherwise it falls back to the previous
 Transient store errors are retried and, when they persist, raised: a store that cannot be read
 is never reported as "no checkpoint".
 
-Single writer per checkpoint line: the compiler keys the line by run and stage, and the newest
-writer's claim (``writers/``) fences out an older one still running (see :class:`~durapipe.runtime.claim.LineClaim`).
+Single writer per checkpoint line: the newest writer's claim (``writers/``) fences out an older
+one of its run still running, and another run's only once its lease has lapsed (see
+:class:`~durapipe.runtime.claim.LineClaim`; a restore claims the line first).
 Manifests are untrusted input: :mod:`durapipe.runtime.manifest` checks each body before a
 restore, which never creates or follows anything outside its directory.
 
@@ -46,11 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from durapipe.runtime import contract, resume_report
+from durapipe.runtime.claim import LineClaim
 from durapipe.runtime.commit import DEFAULT_KEEP, Committer, UploadBackoff, attempt_request
 from durapipe.runtime.deadline import Deadline, DeadlineStore, RestoreAbandoned, grace_from_env
 from durapipe.runtime.errors import (
     CheckpointDeadlineExceeded,
     CheckpointError,
+    LineBusy,
     LineTakenOver,
 )
 from durapipe.runtime.manifest import Commit
@@ -112,7 +115,13 @@ class SaveHandle:
             raise self._checkpoint._deadline_error([self], deadline)
         assert self._result is not None
         if "error" in self._result:
-            raise CheckpointError(self._result["error"])
+            error = str(self._result["error"])
+            # The uploader's own class where it says what happened to the line.
+            kind = {"LineBusy": LineBusy, "LineTakenOver": LineTakenOver}.get(
+                str(self._result.get("exception")))
+            if kind is None:
+                raise CheckpointError(error)
+            raise kind(error.removeprefix(f"{kind.__name__}: "))
         return Commit(
             int(self._result["seq"]),
             str(self._result.get("kind", "")),
@@ -182,6 +191,10 @@ class Checkpoint:
         self._committer: Committer | None = None
         self._handles: dict[str, SaveHandle] = {}
         self._lock = threading.Lock()
+        #: This process's hold on the line: taken at the first restore (or commit) and kept
+        #: alive by a heartbeat until close() or exit.
+        self._claim = LineClaim(self.store, env=ranks)
+        self._exit_hook = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Checkpoint | None:
@@ -276,16 +289,21 @@ class Checkpoint:
         return SaveHandle(self, request_dir.name, deadline)
 
     def close(self) -> None:
-        """Finish pending uploads (bounded like :meth:`flush`) and stop the upload thread."""
+        """Finish pending uploads (bounded like :meth:`flush`), stop the upload thread, and
+        release the line (another run with the same inputs may take it at once)."""
         try:
             self.flush()
         finally:
             if self._worker is not None:
-                atexit.unregister(self._flush_at_exit)
                 self._queue.put(None)
                 # A worker stuck in a store call is a daemon: it must not hold the exit.
                 self._worker.join(timeout=1.0)
                 self._worker = None
+            with self._lock:
+                if self._exit_hook:
+                    atexit.unregister(self._flush_at_exit)
+                    self._exit_hook = False
+            self._claim.release()
 
     def _deadline_error(
         self, handles: list[SaveHandle], deadline: Deadline
@@ -308,22 +326,33 @@ class Checkpoint:
 
     def _flush_at_exit(self) -> None:
         # A script that ends without close() must not lose the saves it handed over, nor
-        # hang its pod: the wait is bounded, and a missed deadline is said out loud.
+        # hang its pod: the wait is bounded, and a missed deadline is said out loud.  Then
+        # the line is released, so a run that ends frees it at once, not a lease later.
         with self._lock:
             pending = len(self._handles)
-        if pending:
-            log.info("waiting for %d checkpoint upload(s) before exiting", pending)
-            try:
-                self.flush()
-            except CheckpointDeadlineExceeded as error:
-                sys.stderr.write(f"durapipe: {error}\n")
-                record_failure(error)
+        try:
+            if pending:
+                log.info("waiting for %d checkpoint upload(s) before exiting", pending)
+                try:
+                    self.flush()
+                except CheckpointDeadlineExceeded as error:
+                    sys.stderr.write(f"durapipe: {error}\n")
+                    record_failure(error)
+        finally:
+            # Once: the store may be gone by now, and an exit must not wait on it.
+            self._claim.release(attempts=1)
+
+    def _register_exit_hook(self) -> None:
+        """Once: flush and release at exit (the caller holds ``_lock``)."""
+        if not self._exit_hook:
+            atexit.register(self._flush_at_exit)
+            self._exit_hook = True
 
     def _ensure_worker(self) -> None:
         with self._lock:
             if self._worker is None:
-                atexit.register(self._flush_at_exit)
-                self._committer = Committer(self.store, keep=self.keep)
+                self._register_exit_hook()
+                self._committer = Committer(self.store, keep=self.keep, claim=self._claim)
                 self._worker = threading.Thread(
                     target=self._run_worker, name="durapipe-checkpoint-upload", daemon=True
                 )
@@ -430,6 +459,7 @@ class Checkpoint:
 
         def restore() -> None:
             try:
+                self._take_line(deadline)
                 box["restored"] = restore_newest(
                     DeadlineStore(self.store, deadline), self._restore_dir,
                     attempts=self.load_attempts, sleep=deadline.sleep,
@@ -453,6 +483,22 @@ class Checkpoint:
         raise CheckpointDeadlineExceeded(
             deadline.exceeded(f"checkpoint restore from {self.uri} not finished")
         )
+
+    def _take_line(self, deadline: Deadline) -> None:
+        """Before anything is restored: the writer claims the line (the upload thread's
+        commits use that claim), so a run whose line another live run holds fails now with
+        :class:`LineBusy`, not at its first commit; a later run with the same inputs finds
+        this one's lease from here on.  With the sidecar, the agent claims; the trainer only
+        waits as a claim would, so that it fails here too.  Other ranks neither."""
+        if not self.is_writer:
+            return
+        via = DeadlineStore(self.store, deadline)
+        if self.uploader == "sidecar":
+            self._claim.wait_until_free(via=via, sleep=deadline.sleep)
+            return
+        self._claim.ensure(via=via, sleep=deadline.sleep)
+        with self._lock:
+            self._register_exit_hook()
 
     async def load_async(self) -> Path | None:
         return await asyncio.get_running_loop().run_in_executor(None, self.load_sync)
@@ -510,6 +556,7 @@ __all__ = [
     "CheckpointError",
     "Commit",
     "Committer",
+    "LineBusy",
     "LineTakenOver",
     "SaveHandle",
     "TransientStoreError",

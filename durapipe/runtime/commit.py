@@ -54,7 +54,14 @@ UNREFERENCED_BLOB_GRACE_SECONDS = 3600.0
 class Committer:
     """Turns staged requests into commits in one store.  Used by the thread and the agent."""
 
-    def __init__(self, store: Store, *, keep: int = DEFAULT_KEEP, algorithm: str | None = None):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        keep: int = DEFAULT_KEEP,
+        algorithm: str | None = None,
+        claim: LineClaim | None = None,
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.store = store
@@ -63,7 +70,8 @@ class Committer:
         #: Blobs of the newest commit: digest -> (size, fingerprint recorded when the blob was
         #: uploaded and verified).  ``None``: read it from the store first.
         self._known: dict[str, tuple[int, str | None]] | None = None
-        self._claim = LineClaim(store)
+        #: This writer's hold on the line (shared with a restore that claimed it first).
+        self.claim = claim if claim is not None else LineClaim(store)
 
     def _committed_seqs(self) -> list[int]:
         keys = retrying(lambda: self.store.list(MANIFEST_DIR))
@@ -85,8 +93,9 @@ class Committer:
     def commit(self, request_dir: Path) -> Commit:
         """Upload and commit one staged request directory (see :func:`stage`).
 
-        Raises :class:`LineTakenOver` once another writer has claimed the line."""
-        self._claim.ensure()
+        Raises :class:`LineTakenOver` once another writer has claimed the line, and
+        :class:`LineBusy` when another run's live lease keeps this writer from claiming it."""
+        self.claim.ensure()
         request = json.loads((request_dir / REQUEST_FILE).read_text())
         files_root = request_dir / STAGED_FILES
         mtimes: dict[str, int] = {}
@@ -171,7 +180,7 @@ class Committer:
         """Write the manifest create-only at ``seq`` or the next free number, while this
         writer holds the line (checked before, and after: a newer writer may have claimed it
         in between, and then this commit must not stand)."""
-        self._claim.check()
+        self.claim.check()
         while True:
             body["seq"] = seq
             data = encode_manifest(body)
@@ -182,7 +191,7 @@ class Committer:
                 # Another writer took this number; go after it (the check below decides).
                 seq = max(self._committed_seqs() + [seq]) + 1
         try:
-            self._claim.check()
+            self.claim.check()
         except LineTakenOver:
             try:
                 retrying(partial(self.store.delete, manifest_key(seq)))
@@ -266,7 +275,8 @@ def attempt_request(committer: Committer, request_dir: Path) -> dict[str, Any]:
             " (will retry)" if retryable else "",
             error,
         )
-        return {"error": f"{type(error).__name__}: {error}", "retryable": retryable}
+        return {"error": f"{type(error).__name__}: {error}", "retryable": retryable,
+                "exception": type(error).__name__}
     result: dict[str, Any] = {
         "seq": commit.seq,
         "kind": commit.kind,

@@ -152,11 +152,18 @@ EXIT_NO_STORE_CLIENT: Final = 65
 AGENT_VERDICT_TAG: Final = "durapipe-agent:"
 #: Forces the content-hash algorithm ("sha256" or "blake3"); trainer and agent must agree.
 ENV_CONTENT_HASH: Final = "DURAPIPE_CONTENT_HASH"
+#: How long a writer's lease on its checkpoint line lasts without a heartbeat, in seconds
+#: (docs/runtime.md, "One writer per line"); the writer renews it every quarter of that.
+ENV_LINE_LEASE: Final = "DURAPIPE_LINE_LEASE_SECONDS"
+DEFAULT_LINE_LEASE_SECONDS: Final = 60.0
+#: A day: a lease is how long another run waits for a killed writer, never an hour-long hold.
+MAX_LINE_LEASE_SECONDS: Final = 86_400.0
 #: What the upload agent reads: passed to the sidecar by these exact names, never by prefix,
 #: so a user variable that happens to start with ``DURAPIPE_`` stays in the main container.
 AGENT_ENV: Final = (
     ENV_PIPELINE, ENV_STAGE, ENV_RUN_ID, ENV_ATTEMPT, ENV_STORE_URI, ENV_CHECKPOINT_URI,
     ENV_CHECKPOINT_KEEP, ENV_SPOOL_DIR, ENV_GRACE_SECONDS, ENV_STORE_CLIENT, ENV_CONTENT_HASH,
+    ENV_LINE_LEASE,
 )
 
 
@@ -189,3 +196,24 @@ def grace_seconds_from_env(env: Mapping[str, str]) -> float:
         return parse_grace_seconds(env.get(ENV_GRACE_SECONDS))
     except ValueError as error:
         raise ValueError(f"{ENV_GRACE_SECONDS}: {error}") from None
+
+
+# -- the lease on a checkpoint line -------------------------------------------------------------
+def line_lease_from_env(env: Mapping[str, str]) -> float:
+    """``DURAPIPE_LINE_LEASE_SECONDS`` of ``env``; :data:`DEFAULT_LINE_LEASE_SECONDS` when unset
+    or empty.  Anything but a number in (0, :data:`MAX_LINE_LEASE_SECONDS`] raises
+    ``ValueError`` naming the variable: a zero lease would let any run take a live writer's
+    line, and an infinite one would make a killed writer hold it for ever."""
+    value = env.get(ENV_LINE_LEASE, "").strip()
+    if not value:
+        return DEFAULT_LINE_LEASE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_LINE_LEASE_SECONDS:  # NaN fails every comparison
+        raise ValueError(
+            f"{ENV_LINE_LEASE}: {value!r} is not a lease: give a number of seconds greater "
+            f"than 0 and at most {MAX_LINE_LEASE_SECONDS:.0f}"
+        )
+    return seconds

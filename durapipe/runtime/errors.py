@@ -12,6 +12,11 @@ class LineTakenOver(CheckpointError):  # noqa: N818 (reads as what happened to t
     """Another writer claimed this checkpoint line after this one: this one may not commit."""
 
 
+class LineBusy(CheckpointError):  # noqa: N818 (reads as what the line is)
+    """Another run, still alive (its lease renewed), holds this checkpoint line: this run may
+    not write it.  The message says which run, where, and what to do."""
+
+
 class BlobMissing(CheckpointError):
     """A blob just uploaded is not in the store as written: worth committing again."""
 

@@ -31,6 +31,7 @@ from typing import Any
 from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import Checkpoint
 from durapipe.runtime.deadline import grace_from_env, note_stop_signal
+from durapipe.runtime.errors import LineBusy
 # Re-exported: the SDK's failure record is the wrapper's verdict input (docs/runtime.md).
 from durapipe.runtime.verdict import is_gpu_oom as is_gpu_oom
 from durapipe.runtime.verdict import record_failure as record_failure
@@ -113,6 +114,11 @@ def _excepthook(
     kind: type[BaseException], error: BaseException, trace: TracebackType | None
 ) -> None:
     record_failure(error)
+    if isinstance(error, LineBusy):
+        # Not a bug in the user's code: the message says what to do; a traceback would bury it.
+        sys.stderr.write(f"durapipe: {error}\n")
+        sys.stderr.flush()
+        return
     _previous_excepthook(kind, error, trace)
 
 
@@ -157,10 +163,12 @@ def _int(value: str | None) -> int:
 
 
 def _refuse_a_bad_grace_period(env: dict[str, str]) -> None:
-    """A grace period that is not a positive finite number is refused as the wrapper refuses
-    it (one line, exit 64), never replaced by a default the pod does not have."""
+    """A grace period (or a line lease) that is not a positive finite number is refused as
+    the wrapper refuses it (one line, exit 64), never replaced by a default the pod does not
+    have."""
     try:
         grace_from_env(env)
+        contract.line_lease_from_env(env)
     except ValueError as error:
         sys.stderr.write(f"durapipe: {error}\n")
         sys.stderr.flush()

@@ -11,12 +11,21 @@ from typing import Any
 import pytest
 
 from durapipe.runtime import contract
+from durapipe.runtime.claim import release_all
 
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "durapipe-test",
     "AWS_SECRET_ACCESS_KEY": "durapipe-test",
     "AWS_REGION": "us-east-1",
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_lease_outlives_its_test() -> Iterator[None]:
+    """A writer a test leaves open would renew its lease for the rest of the session (and
+    against a server already stopped, at exit): each test's leases end with it."""
+    yield
+    release_all()
 
 
 @pytest.fixture
