@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,8 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = command[1:]
         if not command:
             return _exec_usage_error("no command given after --", options.termination_log)
+        from durapipe.runtime.mainbeat import MainBeat
         from durapipe.runtime.wrapper import run_attempt
 
+        # With the upload sidecar, it waits for a final save while this command runs.
+        spool = os.environ.get(contract.ENV_SPOOL_DIR)
+        sidecar = os.environ.get(contract.ENV_UPLOADER) == "sidecar" and spool
+        beat = MainBeat(spool).start() if sidecar and spool else None
         try:
             result = run_attempt(
                 command,
@@ -111,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except Exception as error:  # noqa: BLE001 (the verdict is the one report there is)
             return _exec_usage_error(f"{type(error).__name__}: {error}", options.termination_log)
+        finally:
+            if beat is not None:
+                beat.stop()
         return result.exit_code
     if options.subcommand == "hash":
         from durapipe.runtime.hashing import hash_path

@@ -29,6 +29,7 @@ from durapipe.runtime import contract
 from durapipe.runtime.commit import DEFAULT_KEEP, Committer, UploadBackoff, attempt_request
 from durapipe.runtime.deadline import GRACE_MARGIN, grace_from_env
 from durapipe.runtime.errors import CheckpointError
+from durapipe.runtime.mainbeat import main_may_still_save
 from durapipe.runtime.spool import RETRY_DIR, pending_requests, settle, write_result
 from durapipe.runtime.podstatus import record_pod_status
 from durapipe.runtime.store import Store, StoreError, open_store, store_client
@@ -148,7 +149,8 @@ class UploadAgent:
             outcome = self.drain_once()
             if outcome == "deadline":
                 break
-            if outcome == "idle" and not _trainer_may_still_save(self.spool_dir):
+            if outcome == "idle" and not _trainer_may_still_save(self.spool_dir) \
+                    and not main_may_still_save(self.spool_dir):
                 break
             assert self.deadline is not None
             pause = self.backoff.next() if outcome == "retry" else poll_seconds

@@ -44,10 +44,18 @@ def test_a_run_failed_for_good_is_resubmitted_and_resumes_from_its_last_commit(
             done = re.findall(r"epoch (\d+) done", main_log(real, pod))
             reached = int(done[-1]) if done else 0
         time.sleep(0.5)
+    grace = pods[0]["spec"]["terminationGracePeriodSeconds"]
+    t0 = time.monotonic()
     real.cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{NS}/pods/{pod}/eviction",
                          "-f", "-", input=json.dumps({
                              "apiVersion": "policy/v1", "kind": "Eviction",
                              "metadata": {"name": pod, "namespace": NS}}))
+    log = ""
+    while real.cluster.kubectl("get", "pod", pod, "-n", NS, check=False).returncode == 0:
+        log = main_log(real, pod) or log
+        assert time.monotonic() - t0 < grace + 30, f"{pod} outlived its grace period:\n{log}"
+        time.sleep(0.5)
+    print(f"run 1's pod gone {time.monotonic() - t0:.1f} s after the eviction:\n{log}")
     failed = pl.wait_finished(real, first, NS, timeout=300)
     phases = {n["displayName"]: n["phase"] for n in failed["status"]["nodes"].values()}
     print(f"run 1 evicted at epoch >= {reached}: {phases}")
