@@ -53,13 +53,15 @@ def test_a_run_failed_for_good_is_resubmitted_and_resumes_from_its_last_commit(
     log = ""
     while real.cluster.kubectl("get", "pod", pod, "-n", NS, check=False).returncode == 0:
         log = main_log(real, pod) or log
-        assert time.monotonic() - t0 < grace + 30, f"{pod} outlived its grace period:\n{log}"
+        # The trainer stops at its next epoch and the agent commits its final save: seconds.
+        assert time.monotonic() - t0 < grace / 2, f"{pod} lingered after the eviction:\n{log}"
         time.sleep(0.5)
     print(f"run 1's pod gone {time.monotonic() - t0:.1f} s after the eviction:\n{log}")
     failed = pl.wait_finished(real, first, NS, timeout=300)
     phases = {n["displayName"]: n["phase"] for n in failed["status"]["nodes"].values()}
     print(f"run 1 evicted at epoch >= {reached}: {phases}")
-    assert failed["status"]["phase"] == "Failed", phases
+    # Failed, or Error where Argo saw the evicted pod deleted before its containers' end.
+    assert failed["status"]["phase"] in ("Failed", "Error"), phases
     # The preemption had no budget and is never an application failure: no second attempt.
     assert phases.get("train-app-1") in (None, "Omitted"), phases
 
