@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from durapipe.compiler import naming
+from durapipe.compiler import memo, naming
 from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
 from durapipe.compiler.argo_pod import RESUMED_FROM_OUTPUT
 from durapipe.runtime import contract, resume_report
@@ -527,6 +527,42 @@ def stage_pods(wf: object) -> dict[str, list[Json]]:
     return found
 
 
+def workflow_parameters(wf: Json) -> dict[str, str]:
+    """The run's workflow parameters as Argo used them: a WorkflowTemplate's defaults (the
+    stored spec), then the Workflow's own arguments."""
+    values: dict[str, str] = {}
+    stored = (wf.get("status") or {}).get("storedWorkflowTemplateSpec") or {}
+    for spec in (stored, wf.get("spec") or {}):
+        for param in ((spec.get("arguments") or {}).get("parameters") or ()):
+            if isinstance(param, dict) and "value" in param:
+                values[str(param.get("name"))] = str(param["value"])
+    return values
+
+
+def checkpoint_lines(wf: object) -> dict[str, str]:
+    """The checkpoint line each stage of the run used, by stage (``durapipe submit
+    --resume-from``): its pods' ``DURAPIPE_CHECKPOINT_URI`` as Argo resolved it, from the
+    node's inputs, the run's name and parameters, and the compiler's key expression
+    (``memo.evaluate_keys_in``).  A stage whose pods never ran, or whose line cannot be told
+    (a multi-node stage's pods are a JobSet's), is left out."""
+    checked = check_shape(wf)
+    templates = _Templates(checked)
+    params = workflow_parameters(checked)
+    run = str((checked.get("metadata") or {}).get("name", ""))
+    lines: dict[str, str] = {}
+    for stage, nodes in stage_pods(checked).items():
+        for node in nodes:
+            tmpl = templates.of_node(node)
+            uri = _env(tmpl).get(contract.ENV_CHECKPOINT_URI, "") if tmpl else ""
+            inputs = _params(node)
+            uri = memo.evaluate_keys_in(uri.replace("{{workflow.name}}", run), params, inputs)
+            uri = _PARAM.sub(lambda m: inputs.get(m[1], m[0]), uri)
+            if uri and "{{" not in uri:
+                lines[stage] = uri
+                break
+    return lines
+
+
 def interpret(wf: object) -> RunReport:
     """The stage report of one Workflow object (any phase, any point of its run), as the API
     server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``)."""
@@ -676,6 +712,6 @@ EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 
 __all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
-           "check_shape", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
+           "check_shape", "checkpoint_lines", "workflow_parameters", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
            "verdict_of",
            "EXIT_CODES"]

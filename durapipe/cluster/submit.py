@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from durapipe.cluster import run_status
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
+from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
 from durapipe.dsl.arguments import parse_assignments
 
 #: Seconds a watch request asks the server to keep it open before it is renewed (a watch
@@ -53,6 +54,10 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start a run of the WorkflowTemplate NAME already on the cluster")
     parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
                         help="set a pipeline parameter (repeatable)")
+    parser.add_argument("--resume-from", metavar="RUN",
+                        help="restore each checkpointed stage from RUN's checkpoint line "
+                             "while its own has no commit, even where the inputs changed "
+                             "(its commits still go to its own line)")
     parser.add_argument("--watch", action="store_true",
                         help="follow the run until it ends, as `durapipe watch` does")
     parser.add_argument("--dry-run", action="store_true",
@@ -183,6 +188,10 @@ def submit(args: argparse.Namespace) -> int:
         return 2
     sender = Sender(args)
     try:
+        if getattr(args, "resume_from", None):
+            problem = resume_lines(sender, args, given)
+            if problem:
+                return _fail(problem)
         if args.template is not None:
             cluster = sender.connect(args.namespace)
             template = cluster.get("WorkflowTemplate", args.template)
@@ -201,6 +210,28 @@ def submit(args: argparse.Namespace) -> int:
         return sender.finish()
     except ClusterError as exc:
         return _fail(str(exc))
+
+
+def resume_lines(sender: Sender, args: argparse.Namespace, given: dict[str, str]) -> str | None:
+    """``--resume-from RUN``: RUN's checkpoint lines, by stage, into the run's
+    ``RESUME_FROM_PARAM``; the message where there are none to give."""
+    if RESUME_FROM_PARAM in given:
+        return f"--resume-from sets the parameter {RESUME_FROM_PARAM}; do not give it as well"
+    cluster = sender.connect(args.namespace)
+    run = str(args.resume_from)
+    wf = cluster.get("Workflow", run)
+    try:
+        lines = run_status.checkpoint_lines(wf)
+    except run_status.MalformedWorkflow as exc:
+        return (f"the API server at {cluster.server} returned a Workflow {run} that durapipe "
+                f"cannot read: {exc}")
+    if not lines:
+        return (f"run {run} has no checkpoint line to resume from: none of its checkpointed "
+                "stages' pods ran (or its pipeline checkpoints nothing)")
+    for stage, line in sorted(lines.items()):
+        print(f"durapipe submit: {stage} restores from {run}'s line {line}", file=sys.stderr)
+    given[RESUME_FROM_PARAM] = json.dumps(lines, sort_keys=True, separators=(",", ":"))
+    return None
 
 
 class Sender:

@@ -33,6 +33,9 @@ Json = dict[str, Any]
 RUNTIME_VOLUME = "durapipe"
 ZIPAPP = f"{contract.RUNTIME_INSTALL_DIR}/{contract.RUNTIME_ZIPAPP_NAME}"
 OUTPUT_HASH_DIR = f"{RUNTIME_ROOT}/outputs"
+#: The workflow parameter naming earlier runs' checkpoint lines to restore from (a JSON
+#: object ``{stage: line}``, empty by default): ``durapipe submit --resume-from RUN`` sets it.
+RESUME_FROM_PARAM = "durapipe-resume-from"
 #: The runtime's report of the attempt's first restore, read as the ``resumed-from`` output.
 RESUME_REPORT = f"{RUNTIME_ROOT}/resumed-from.json"
 RESUMED_FROM_OUTPUT = "resumed-from"
@@ -330,6 +333,8 @@ def cluster_site(ctx: CompileContext, plan: StagePlan, attempt: str, *,
         grace_seconds=grace_for_runtime(plan.pod.grace_seconds), upload_sidecar=True,
         # A JobSet's pods are no Argo pods: nothing would read their outputs.
         resume_report=RESUME_REPORT if ckpt is not None and plan.kind != "jobset" else "",
+        resume_from="{{workflow.parameters." + RESUME_FROM_PARAM + "}}" if ckpt is not None
+        else "",
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durapipe.compiler import naming
-from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY
+from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY, RESUME_FROM_PARAM
 from durapipe.compiler.argo_stage import SHARED_TEMPLATES, LoweredStage
 from durapipe.compiler.argo_text import artifact_input_name, hash_param_name
 from durapipe.compiler.context import CompileContext
@@ -60,7 +60,15 @@ def arguments(ctx: CompileContext) -> Json:
         if param.description:
             entry["description"] = param.description
         params.append(entry)
+    if checkpoints(ctx.pipeline):
+        params.append({"name": RESUME_FROM_PARAM, "value": ""})
     return {"parameters": params} if params else {}
+
+
+def checkpoints(pipeline: Pipeline) -> bool:
+    """Whether a stage checkpoints: its pods read ``RESUME_FROM_PARAM``, so the Workflow
+    declares it (empty: no earlier run's lines)."""
+    return any(stage.checkpoint is not None for stage in pipeline.stages)
 
 
 @dataclass
@@ -370,6 +378,9 @@ def part_manifest(ctx: CompileContext, i: int, cuts: Cuts) -> str:
     params: list[Json] = [
         {"name": p.name, "value": _raw("toJson(workflow.parameters['" + p.name + "'])")}
         for p in pipeline.params]
+    if checkpoints(pipeline):
+        params.append({"name": RESUME_FROM_PARAM,
+                       "value": _raw("toJson(workflow.parameters['" + RESUME_FROM_PARAM + "'])")})
     hashes = cuts.hashes_into(i)
     params += [{"name": exported_hash(s, o),
                 "value": "{{inputs.parameters." + exported_hash(s, o) + "}}"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 from durapipe.runtime.cachekey import cache_key, make_record
@@ -67,3 +68,43 @@ def runtime_key(static: str, params: Mapping[str, str], upstream: Mapping[str, s
     """What Argo's key expression evaluates to, given resolved values."""
     record = {"params": dict(params), "static": static, "upstream": dict(upstream)}
     return hashlib.sha256(_go_json(record).encode("utf-8")).hexdigest()
+
+
+#: A key expression as :func:`key_expression` writes it, inside a longer text (a checkpoint
+#: line's URI): ``)}}`` ends it, since its own braces never meet.
+_KEY_IN_TEXT = re.compile(r"\{\{=sprig\.sha256sum\(toJson\(.*?\)\)\}\}")
+_PARAM_ITEM = re.compile(r"'([^']*)': workflow\.parameters\['([^']*)'\]")
+_UPSTREAM_ITEM = re.compile(r"'([^']*)': inputs\.parameters\['([^']*)'\]")
+_STATIC = re.compile(r"'static': '([0-9a-f]{64})'")
+
+
+def evaluate_key_expression(expression: str, params: Mapping[str, str],
+                            inputs: Mapping[str, str]) -> str | None:
+    """What Argo makes of an expression :func:`key_expression` wrote, given the run's workflow
+    parameters and the template's input parameters; ``None`` for any other text, or where a
+    value it reads is missing.  Only the compiler's own form is evaluated: the expression must
+    be exactly what :func:`key_expression` gives for what it names."""
+    static = _STATIC.search(expression)
+    if static is None:
+        return None
+    names = {key: ref for key, ref in _PARAM_ITEM.findall(expression)}
+    upstream = {key: ref for key, ref in _UPSTREAM_ITEM.findall(expression)}
+    if any(key != ref for key, ref in names.items()):
+        return None
+    if key_expression(static[1], sorted(names), upstream) != expression:
+        return None
+    if any(name not in params for name in names) or any(
+            ref not in inputs for ref in upstream.values()):
+        return None
+    return runtime_key(static[1], {name: params[name] for name in names},
+                       {key: inputs[ref] for key, ref in upstream.items()})
+
+
+def evaluate_keys_in(text: str, params: Mapping[str, str], inputs: Mapping[str, str]) -> str:
+    """``text`` with each key expression in it evaluated (left as written where it cannot
+    be)."""
+    def one(match: re.Match[str]) -> str:
+        value = evaluate_key_expression(match[0], params, inputs)
+        return match[0] if value is None else value
+
+    return _KEY_IN_TEXT.sub(one, text)

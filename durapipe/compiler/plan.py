@@ -449,6 +449,8 @@ class Site:
     upload_sidecar: bool
     #: Where the runtime reports what the first restore found (``contract.ENV_RESUME_REPORT``).
     resume_report: str = ""
+    #: Earlier runs' lines to restore from (``contract.ENV_CHECKPOINT_RESUME_FROM``).
+    resume_from: str = ""
 
 
 def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, *, run: str,
@@ -503,6 +505,8 @@ def contract_env(pipeline: Pipeline, plan: StagePlan, variant: Variant,
         env.append((contract.ENV_CHECKPOINT_KEEP, str(ckpt.keep)))
         if site.resume_report:
             env.append((contract.ENV_RESUME_REPORT, site.resume_report))
+        if site.resume_from:
+            env.append((contract.ENV_CHECKPOINT_RESUME_FROM, site.resume_from))
         if site.upload_sidecar:
             env.append((contract.ENV_SPOOL_DIR, contract.DEFAULT_SPOOL_DIR))
             env.append((contract.ENV_UPLOADER, "sidecar"))

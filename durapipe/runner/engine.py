@@ -9,6 +9,7 @@ gets.  The wrapper's one-line verdict (its termination log) decides what happens
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -366,7 +367,19 @@ class Runner:
             checkpoint_uri=self._checkpoint_uri(stage),
             checkpoint_path=str(attempt_dir / "checkpoint"),
             grace_seconds=str(self.options.grace_seconds), upload_sidecar=False,
-            resume_report=str(attempt_dir / "resumed-from.json") if stage.checkpoint else "")
+            resume_report=str(attempt_dir / "resumed-from.json") if stage.checkpoint else "",
+            resume_from=self._resume_from(stage))
+
+    def _resume_from(self, stage: Stage) -> str:
+        """The resumed run's line for the stage, to restore from while this run's own has no
+        commit (even where the inputs changed since: a fixed evaluation must not retrain);
+        commits go to the stage's own line, as ``durapipe submit --resume-from`` does."""
+        previous = self.resumed.stages.get(stage.name) if self.resumed else None
+        if stage.checkpoint is None or previous is None or not previous.checkpoint_line:
+            return ""
+        if previous.checkpoint_line == self._checkpoint_uri(stage):
+            return ""
+        return json.dumps({stage.name: previous.checkpoint_line})
 
     def _wrapper(self, site: Site, argv: list[str]) -> list[str]:
         """The command under the runtime wrapper, as the pod runs it."""
@@ -488,13 +501,9 @@ class Runner:
     # -- environment and command ----------------------------------------------------------
 
     def _checkpoint_uri(self, stage: Stage) -> str:
-        """The stage's checkpoint line: a resumed run's own line for the stage (even where
-        the inputs changed since: a fixed evaluation must not retrain), else by its scope."""
+        """The stage's checkpoint line, by its scope (a resumed run's for scope ``run``)."""
         if stage.checkpoint is None:
             return ""
-        previous = self.resumed.stages.get(stage.name) if self.resumed else None
-        if previous is not None and previous.checkpoint_line:
-            return previous.checkpoint_line
         run = self.resumed.run_id if self.resumed else self.run_id
         inputs_key = self._inputs_key(self.plans[stage.name]) \
             if stage.checkpoint.scope == "inputs" else ""

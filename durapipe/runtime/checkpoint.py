@@ -182,6 +182,10 @@ class Checkpoint:
         self.local_rank = contract.distributed_rank(ranks, contract.ENV_LOCAL_RANK)
         #: Where to say what the first restore found (the compiled pod's, or the runner's).
         self._resume_report = ranks.get(contract.ENV_RESUME_REPORT) or None
+        #: An earlier run's line to restore from while this one has no commit.
+        self.resume_from = resume_from_line(ranks)
+        #: The line the first restore read (``uri``, or ``resume_from``).
+        self.restored_from = uri
         self._skip_logged = False
         self._restored: Restored | None = None
         #: A restore given up at its deadline that may still be running (see load_sync).
@@ -439,7 +443,7 @@ class Checkpoint:
             return
         commit = restored.commit if restored is not None else None
         try:
-            resume_report.write(self._resume_report, self.uri,
+            resume_report.write(self._resume_report, self.restored_from,
                                 commit.seq if commit is not None else None,
                                 commit.metadata if commit is not None else None)
         except OSError as error:
@@ -464,6 +468,13 @@ class Checkpoint:
                     DeadlineStore(self.store, deadline), self._restore_dir,
                     attempts=self.load_attempts, sleep=deadline.sleep,
                 )
+                if box["restored"] is None and self.resume_from is not None:
+                    # Read only: the earlier run's line is neither claimed nor written.
+                    box["restored"] = restore_newest(
+                        DeadlineStore(open_store(self.resume_from), deadline),
+                        self._restore_dir, attempts=self.load_attempts, sleep=deadline.sleep)
+                    if box["restored"] is not None:
+                        self.restored_from = self.resume_from
             except RestoreAbandoned:
                 pass
             except BaseException as error:  # noqa: BLE001 (re-raised in the caller's thread)
@@ -528,6 +539,25 @@ class Checkpoint:
     def restored_commit(self) -> Commit | None:
         return self._restored.commit if self._restored else None
 
+
+
+def resume_from_line(env: Mapping[str, str]) -> str | None:
+    """This stage's entry of ``DURAPIPE_CHECKPOINT_RESUME_FROM``; a value that is not such an
+    object is said in the log and ignored (the stage starts from its own line)."""
+    text = env.get(contract.ENV_CHECKPOINT_RESUME_FROM) or ""
+    if not text.strip():
+        return None
+    try:
+        lines = json.loads(text)
+    except ValueError:
+        lines = None
+    if not isinstance(lines, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in lines.items()):
+        log.error("%s is not a JSON object of stage names to checkpoint line URIs; ignored: "
+                  "%.200r", contract.ENV_CHECKPOINT_RESUME_FROM, text)
+        return None
+    line = lines.get(env.get(contract.ENV_STAGE, ""))
+    return line or None
 
 
 def latest_checkpoint(

@@ -29,6 +29,10 @@ ENV_STORE_URI: Final = "DURAPIPE_STORE_URI"
 #: URI of this stage's checkpoint line. Keyed by the stage's inputs (or run, or pipeline) and
 #: stage, never by attempt.
 ENV_CHECKPOINT_URI: Final = "DURAPIPE_CHECKPOINT_URI"
+#: JSON object ``{stage: checkpoint line URI}``: lines of an earlier run to restore from where
+#: the stage's own line has no commit yet (``durapipe submit --resume-from RUN``, ``durapipe
+#: run --resume RUN``); commits still go to the stage's own line.  Empty: none.
+ENV_CHECKPOINT_RESUME_FROM: Final = "DURAPIPE_CHECKPOINT_RESUME_FROM"
 #: Where the runtime writes what the attempt's first restore found (``RESUME_REPORT_KEYS``, a
 #: JSON object): the cluster reads it as the ``resumed-from`` output parameter for `status`.
 ENV_RESUME_REPORT: Final = "DURAPIPE_RESUME_REPORT"

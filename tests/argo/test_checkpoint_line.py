@@ -9,13 +9,16 @@ upstream stage needs."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from durapipe.cluster import run_status
 from durapipe.compiler import CompileOptions, compile_pipeline, memo
+from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
 from durapipe.compiler.plan import cache_static
 from durapipe.dsl import load_path
 from durapipe.runtime import contract
@@ -34,6 +37,11 @@ stage "train" {{
   {retry}
 }}
 """
+
+
+def run_pod(run: dict[str, Any], task: str) -> dict[str, Any]:
+    (pod,) = [a["pod"] for a in run["attempts"] if a["displayName"].startswith(task)]
+    return pod  # type: ignore[no-any-return]
 
 
 def compiled(tmp_path: Path, retry: str) -> tuple[dict[str, Any], Any]:
@@ -55,10 +63,13 @@ def compiled(tmp_path: Path, retry: str) -> tuple[dict[str, Any], Any]:
 def test_argo_names_the_line_by_the_stages_inputs(tmp_path: Path, retry: str, task: str) -> None:
     workflow, train = compiled(tmp_path, retry)
     runs = ["0.1", "0.1", "0.2"]
+    earlier = {"train": "s3://b/p/lines/inputs/train/0123/checkpoints"}
     report = run_scenario({
-        "name": "checkpoint-line", "workflow": workflow,
-        "runs": [{"parameters": {"lr": lr}, "attempts": {
-            task: [{"outcome": "succeeded", "minutes": 1}]}} for lr in runs],
+        "name": "checkpoint-line", "workflow": workflow, "recordWorkflow": True,
+        "runs": [{"parameters": {"lr": lr, **({RESUME_FROM_PARAM: json.dumps(earlier)}
+                                             if i == 2 else {})},
+                  "attempts": {task: [{"outcome": "succeeded", "minutes": 1}]}}
+                 for i, lr in enumerate(runs)],
     })
     assert not report.get("error"), report.get("error")
     lines = []
@@ -68,4 +79,9 @@ def test_argo_names_the_line_by_the_stages_inputs(tmp_path: Path, retry: str, ta
         lines.append(pod["env"][contract.ENV_CHECKPOINT_URI])
         key = memo.runtime_key(cache_static(train), {"lr": lr}, {})
         assert lines[-1] == f"s3://b/p/lines/inputs/train/{key}/checkpoints"
+        # `durapipe submit --resume-from` reads the same line back from the Workflow object.
+        assert run_status.checkpoint_lines(run["object"]) == {"train": lines[-1]}
+    # The earlier run's lines reach the pod as given; by default, none.
+    assert [json.loads(run_pod(run, task)["env"][contract.ENV_CHECKPOINT_RESUME_FROM] or "{}")
+            for run in report["runs"]] == [{}, {}, earlier]
     assert lines[0] == lines[1] and len(set(lines)) == 2

@@ -68,6 +68,40 @@ def test_submit_a_template_by_name_with_parameters(api: FakeApi, tmp_path: Path,
     assert body["metadata"]["generateName"] == "churn-model-"
 
 
+def test_resume_from_passes_the_earlier_runs_lines_by_stage(
+        api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The line Argo named from the earlier run's inputs, into the new run's
+    `durapipe-resume-from` parameter (the runtime restores from it, commits to its own)."""
+    earlier = load_recorded("spot-preemptions")
+    template = copy.deepcopy(TEMPLATE)
+    template["spec"]["arguments"]["parameters"].append(
+        {"name": "durapipe-resume-from", "value": ""})
+    api.routes[("GET", f"{BASE}/ml/workflows/spot-preemptions")] = (200, earlier)
+    api.routes[("GET", f"{BASE}/ml/workflowtemplates/churn-model")] = (200, template)
+    api.routes[("POST", f"{BASE}/ml/workflows")] = (201, created)
+    kubeconfig = str(api.kubeconfig(tmp_path, "ml"))
+    code, out, err = run(capsys, "submit", "--template", "churn-model", "--resume-from",
+                         "spot-preemptions", "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    line = ("s3://acme-ml/durapipe/spot-training/inputs/train/"
+            "7153e1713ba6b7fa5f5d27e98902100e0208a392e535310137896914580cc1a6/checkpoints")
+    assert err == f"durapipe submit: train restores from spot-preemptions's line {line}\n"
+    (_, _, body), = [r for r in api.requests if r[0] == "POST"]
+    assert body["spec"]["arguments"]["parameters"] == [
+        {"name": "durapipe-resume-from", "value": json.dumps({"train": line})
+         .replace(" ", "")}]
+    # A run with nothing to resume from, and the parameter given twice, are refused.
+    api.routes[("GET", f"{BASE}/ml/workflows/cache-hit")] = (200, load_recorded("cache-hit"))
+    code, _, err = run(capsys, "submit", "--template", "churn-model", "--resume-from",
+                       "cache-hit", "--kubeconfig", kubeconfig)
+    assert code == 1 and "run cache-hit has no checkpoint line to resume from" in err
+    code, _, err = run(capsys, "submit", "--template", "churn-model", "--resume-from",
+                       "spot-preemptions", "-p", "durapipe-resume-from={}",
+                       "--kubeconfig", kubeconfig)
+    assert code == 1 and "do not give it as well" in err
+    assert len([r for r in api.requests if r[0] == "POST"]) == 1
+
+
 def test_unknown_parameter_is_refused_before_anything_is_created(
         api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     api.routes[("GET", f"{BASE}/ml/workflowtemplates/churn-model")] = (200, TEMPLATE)

@@ -12,6 +12,9 @@ from pathlib import Path
 from durapipe.dsl import load_path
 from durapipe.runner.engine import Fault, Runner, RunOptions
 from durapipe.runner.records import RunRecord
+from durapipe.runtime.manifest import decode_manifest, manifest_key
+from durapipe.runtime.restore import list_commits
+from durapipe.runtime.store import open_store
 
 COUNTER = Path(__file__).resolve().parents[2] / "examples" / "runtime" / "counter_training.py"
 
@@ -47,12 +50,17 @@ def _log(record: RunRecord) -> str:
 
 def _preempted_for_good(tmp_path: Path, scope: str | None = None, **options: object) -> int:
     """Run 1: preempted with no preemption budget left, after its final save."""
+    return _first_run(tmp_path, scope, **options)[0]
+
+
+def _first_run(tmp_path: Path, scope: str | None = None,
+               **options: object) -> tuple[int, RunRecord]:
     record = _run(tmp_path, scope, faults=[Fault("preempt", "count", 1.0)], **options)
     assert record.stages["count"].status == "failed"
     assert [a.verdict for a in record.stages["count"].attempts] == ["preempted"]
     stopped = int(re.findall(r"stopped at (\d+)", _log(record))[-1])
     assert stopped > 0
-    return stopped
+    return stopped, record
 
 
 def test_a_resubmitted_run_resumes_from_the_failed_runs_newest_commit(tmp_path: Path) -> None:
@@ -69,14 +77,24 @@ def test_a_resubmitted_run_resumes_from_the_failed_runs_newest_commit(tmp_path: 
 def test_a_changed_param_starts_fresh_and_resume_reuses_the_named_runs_line(
     tmp_path: Path,
 ) -> None:
-    stopped = _preempted_for_good(tmp_path)
-    first = sorted((tmp_path / ".durapipe" / "runs").iterdir())[-1].name
+    stopped, first = _first_run(tmp_path)
     changed = _run(tmp_path, None, params={"every": "999"})
     assert re.findall(r"resumed at (\d+)", _log(changed)) == ["0"]
     assert changed.stages["count"].attempts[0].resumed_from == ""
     # The named run's line, though a param changed: a fixed bug downstream must not retrain.
-    forced = _run(tmp_path, None, params={"every": "998"}, resume=first)
+    # It is read, not written: the new inputs' commits go to their own line.
+    forced = _run(tmp_path, None, params={"every": "998"}, resume=first.run_id)
     assert re.findall(r"resumed at (\d+)", _log(forced)) == [str(stopped)]
+    assert forced.stages["count"].attempts[0].resumed_from.endswith(f"(step {stopped})")
+    old_line = first.stages["count"].checkpoint_line
+    assert forced.stages["count"].checkpoint_line != old_line
+    assert [int(m["step"]) for m in _commit_steps(old_line)] == [stopped]
+
+
+def _commit_steps(line: str) -> list[dict[str, object]]:
+    store = open_store(line)
+    return [decode_manifest(store.get_bytes(manifest_key(seq)))["metadata"]
+            for seq in list_commits(store)]
 
 
 def test_scope_run_keeps_each_run_on_its_own_line(tmp_path: Path) -> None:
