@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from durapipe.runtime import contract, resume_report
 from durapipe.runtime.checkpoint import Checkpoint
+from durapipe.runtime.manifest import decode_manifest, manifest_key
+from durapipe.runtime.restore import list_commits
+from durapipe.runtime.store import open_store
 
 
 def _checkpoint(tmp_path: Path, report: Path, rank: str = "0") -> Checkpoint:
@@ -42,3 +48,42 @@ def test_what_is_no_report_reads_as_none() -> None:
         assert resume_report.parse(text) is None
     assert resume_report.describe({"line": "s3://b/l", "seq": 4, "step": None}) == "#4"
     assert resume_report.describe({"line": "s3://b/l", "seq": 4, "epoch": 2}) == "#4 (epoch 2)"
+
+
+def test_an_earlier_runs_line_is_restored_from_while_the_own_line_is_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    earlier = (tmp_path / "earlier").as_uri()
+    old = Checkpoint(earlier, path=tmp_path / "old")
+    old.save_sync(b"trained 8 steps", metadata={"step": 8})
+    old.close()
+    own = (tmp_path / "own").as_uri()
+    report = tmp_path / "report.json"
+    env = {contract.ENV_STAGE: "train", contract.ENV_RESUME_REPORT: str(report),
+           contract.ENV_CHECKPOINT_RESUME_FROM: json.dumps({"train": earlier, "eval": own})}
+    resumed = Checkpoint(own, path=tmp_path / "new", env=env)
+    restored = resumed.load_sync()
+    assert restored is not None and restored.read_bytes() == b"trained 8 steps"
+    assert json.loads(report.read_text())["line"] == earlier
+    resumed.save_sync(b"trained 9 steps", metadata={"step": 9})
+    resumed.close()
+    # Commits go to the own line; the earlier one is only read.
+    assert _commit_metadata(earlier) == [{"step": 8}]
+    assert _commit_metadata(own) == [{"step": 9}]
+    # Once the own line has a commit, it wins.
+    again = Checkpoint(own, path=tmp_path / "again", env=env).load_sync()
+    assert again is not None and again.read_bytes() == b"trained 9 steps"
+    # A value that is no such object is said and ignored.
+    for bad in ("not json", '["train"]', '{"train": 3}'):
+        with caplog.at_level("ERROR", logger="durapipe.checkpoint"):
+            fresh = Checkpoint((tmp_path / f"fresh-{len(bad)}").as_uri(), path=tmp_path / "f",
+                               env={**env, contract.ENV_CHECKPOINT_RESUME_FROM: bad})
+        assert fresh.resume_from is None
+        assert contract.ENV_CHECKPOINT_RESUME_FROM in caplog.text
+        caplog.clear()
+
+
+def _commit_metadata(uri: str) -> list[Any]:
+    store = open_store(uri)
+    return [decode_manifest(store.get_bytes(manifest_key(seq)))["metadata"]
+            for seq in list_commits(store)]
