@@ -10,20 +10,24 @@ used when the image has the ``blake3`` wheel, SHA-256 otherwise.
 
 The bytes depend on the runtime's sources only: entries sorted, one fixed timestamp and mode,
 and compressed by this module's own deflate (zlib's output differs between zlib builds, e.g.
-zlib-ng), so every machine compiles the same ConfigMap under the same content-hash name.  The
-archive is about 92 KB (215 KB stored), so the ConfigMap's client-side-apply annotation stays
-under half of the 262,144 bytes Kubernetes allows (docs/lowering.md, "Apply modes").  This
-module itself is left out: the pod never imports it.
+zlib-ng), so every machine compiles the same ConfigMap under the same content-hash name.
+Comments and docstrings are blanked first, every line kept where it was (:func:`stripped`), so
+the archive is about 68 KB (104 KB unstripped) and the ConfigMap's client-side-apply annotation
+stays under half of the 262,144 bytes Kubernetes allows (docs/lowering.md, "Apply modes").
+This module itself is left out: the pod never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import bisect
 import hashlib
+import io
 import os
 import struct
 import sys
+import tokenize
 import zlib
 from pathlib import Path
 
@@ -53,8 +57,54 @@ FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 FILE_MODE = 0o100644
 
 
+#: Whose module docstring is kept: it reads its own as its ``--help`` text.
+KEEPS_MODULE_DOCSTRING = frozenset({"durapipe/runtime/__main__.py"})
+
+
+def stripped(data: bytes, *, keep_module_docstring: bool = False) -> bytes:
+    """A module's source with its comments and docstrings blanked and every line where it was,
+    so a traceback from a pod names the repository's lines.  A third smaller once deflated,
+    which keeps the runtime ConfigMap's client-side-apply annotation under half of its limit
+    as the runtime grows (``tests/compiler/test_managed_dir.py``).  Positions come from
+    ``ast`` (docstrings) and ``tokenize`` (comments), which every Python >= 3.10 reports
+    alike for the same source, so the archive stays the same on every machine."""
+    text = data.decode("utf-8")
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode("utf-8")))
+    spans: list[tuple[int, int, bytes]] = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef)) or not node.body:
+            continue
+        first = node.body[0]
+        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)):
+            continue
+        if keep_module_docstring and isinstance(node, ast.Module):
+            continue
+        assert first.end_lineno is not None and first.end_col_offset is not None
+        begin = starts[first.lineno - 1] + first.col_offset  # ast columns count bytes
+        end = starts[first.end_lineno - 1] + first.end_col_offset
+        spans.append((begin, end, b'""' + b"\n" * data[begin:end].count(b"\n")))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        row, column = token.start  # tokenize columns count characters
+        before = lines[row - 1][:column]
+        begin = starts[row - 1] + len(before.rstrip().encode("utf-8"))
+        spans.append((begin, starts[row - 1] + len(before.encode("utf-8"))
+                      + len(token.string.encode("utf-8")), b""))
+    out = bytearray(data)
+    for begin, end, replacement in sorted(spans, reverse=True):
+        out[begin:end] = replacement
+    return bytes(out)
+
+
 def sources() -> dict[str, bytes]:
-    """Archive name -> content of every file the runtime needs, read from this installation."""
+    """Archive name -> content of every file the runtime needs, read from this installation
+    (each module :func:`stripped`)."""
     package_root = Path(durapipe.__file__).parent
     runtime_root = Path(durapipe.runtime.__file__).parent
     files = {"__main__.py": ENTRY.encode(),
@@ -65,8 +115,9 @@ def sources() -> dict[str, bytes]:
             if name.endswith(".py") and not (dirpath == str(runtime_root) and
                                              name in LEFT_OUT):
                 path = Path(dirpath) / name
-                files[f"durapipe/runtime/{path.relative_to(runtime_root).as_posix()}"] = (
-                    path.read_bytes())
+                archived = f"durapipe/runtime/{path.relative_to(runtime_root).as_posix()}"
+                files[archived] = stripped(
+                    path.read_bytes(), keep_module_docstring=archived in KEEPS_MODULE_DOCSTRING)
     return files
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import subprocess
 import sys
+import tokenize
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from durapipe.runtime import contract
 from durapipe.runtime.build_zipapp import build
@@ -121,3 +125,37 @@ def test_an_installed_runtime_leaves_the_childs_python_path_alone() -> None:
     assert runtime_archive() is None
     assert with_runtime_importable({"PYTHONPATH": "/a"}) == {"PYTHONPATH": "/a"}
     assert "PYTHONPATH" not in with_runtime_importable({})
+
+
+def test_the_archive_blanks_comments_and_docstrings_and_keeps_every_line() -> None:
+    """So a traceback from a pod names the repository's lines, and the archive stays small."""
+    from durapipe.runtime import build_zipapp
+
+    runtime = Path(build_zipapp.__file__).parent
+    archived = build_zipapp.sources()
+    for name, data in archived.items():
+        if not name.startswith("durapipe/runtime/"):
+            continue
+        original = (runtime / name.removeprefix("durapipe/runtime/")).read_bytes()
+        assert data.count(b"\n") == original.count(b"\n"), name
+        tree = ast.parse(data)
+        # The same code: only docstrings (now empty) and comments differ.
+        assert ast.dump(_without_docstrings(ast.parse(original))) == ast.dump(
+            _without_docstrings(tree)), name
+        assert not [t for t in tokenize.generate_tokens(io.StringIO(data.decode()).readline)
+                    if t.type == tokenize.COMMENT], name
+    # The one docstring the runtime reads (its --help) is kept.
+    main_source = archived["durapipe/runtime/__main__.py"].decode()
+    assert ast.get_docstring(ast.parse(main_source))
+    sample = b'def f():\n    """Doc\n    more."""\n    x = 1  # why\n    return "# kept"\n'
+    assert build_zipapp.stripped(sample) == b'def f():\n    ""\n\n    x = 1\n    return "# kept"\n'
+
+
+def _without_docstrings(tree: Any) -> Any:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant) and isinstance(
+                body[0].value.value, str):
+            body[0].value.value = ""
+    return tree
