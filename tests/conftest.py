@@ -76,15 +76,17 @@ _TIER_SECONDS: dict[str, float] = {}
 _TIER_TESTS: dict[str, int] = {}
 
 
-def _tier_of(keywords: object) -> str:
+def _tier_of(item: pytest.Item) -> str:
     for marker in sorted(FULL_TIER_MARKERS):
-        if marker in keywords:  # type: ignore[operator]
+        if item.get_closest_marker(marker) is not None:
             return marker
     return "fast"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    tier = _tier_of(report.keywords)
+    # The tier travels in the report (xdist's workers send it): keywords would also hold
+    # directory names such as tests/e2e's.
+    tier = dict(report.user_properties).get("tier", "fast")
     _TIER_SECONDS[tier] = _TIER_SECONDS.get(tier, 0.0) + report.duration
     if report.when == "call":
         _TIER_TESTS[tier] = _TIER_TESTS.get(tier, 0) + 1
@@ -106,6 +108,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     outcome = yield
     report = outcome.get_result()
+    report.user_properties.append(("tier", _tier_of(item)))
     if STRICT_SKIPS and report.skipped and item.get_closest_marker("gpu") is None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"

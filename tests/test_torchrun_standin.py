@@ -5,6 +5,7 @@ stopping the others (tests/torchrun_standin.py)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,13 +22,16 @@ def launch(*args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_workers_get_the_ranks_torchrun_gives_them() -> None:
-    code = ("import json, os; print(json.dumps({k: os.environ[k] for k in ('RANK', "
+def test_workers_get_the_ranks_torchrun_gives_them(tmp_path: Path) -> None:
+    # Each worker writes a file of its own: two processes printing to one pipe may interleave
+    # their lines (seen under pytest -n 2).
+    code = ("import json, os; open(os.path.join(" + repr(str(tmp_path)) + ", os.environ['RANK']"
+            "), 'w').write(json.dumps({k: os.environ[k] for k in ('RANK', "
             "'LOCAL_RANK', 'WORLD_SIZE', 'GROUP_RANK', 'MASTER_ADDR', 'MASTER_PORT')}))")
     proc = launch(*FLAGS, "-c", code)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    envs = sorted((json.loads(line) for line in out.splitlines()), key=lambda e: e["RANK"])
+    envs = [json.loads((tmp_path / rank).read_text()) for rank in sorted(os.listdir(tmp_path))]
     assert envs == [
         {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "GROUP_RANK": "1",
          "MASTER_ADDR": "m0.js", "MASTER_PORT": "29500"},
@@ -37,19 +41,34 @@ def test_workers_get_the_ranks_torchrun_gives_them() -> None:
 
 
 def test_sigterm_reaches_every_worker_and_their_exit_is_the_launchers(tmp_path: Path) -> None:
+    up, seen = tmp_path / "up", tmp_path / "seen"
+    up.mkdir()
+    seen.mkdir()
     code = ("import os, signal, sys, time\n"
             "def bye(*_):\n"
-            f"    open(os.path.join({str(tmp_path)!r}, os.environ['RANK']), 'w').close()\n"
+            f"    open(os.path.join({str(seen)!r}, os.environ['RANK']), 'w').close()\n"
             "    sys.exit(143)\n"
             "signal.signal(signal.SIGTERM, bye)\n"
-            "print('up', flush=True)\n"
+            f"open(os.path.join({str(up)!r}, os.environ['RANK']), 'w').close()\n"
             "time.sleep(60)\n")
     proc = launch(*FLAGS, "-c", code)
-    assert proc.stdout is not None
-    assert [proc.stdout.readline() for _ in range(2)] == ["up\n", "up\n"]
+    deadline = time.monotonic() + 60
+    while len(os.listdir(up)) < 2:  # both workers have their handler
+        assert time.monotonic() < deadline and proc.poll() is None, os.listdir(up)
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=20) == 143
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["2", "3"]
+    try:
+        code = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        tree = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,cmd", "--ppid",
+                               str(proc.pid), "--pid", str(proc.pid)],
+                              capture_output=True, text=True).stdout
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the launcher outlived its SIGTERM by 20 s:\n{tree}\n{err}"
+                             f"\nworkers that saw it: {sorted(os.listdir(seen))}") from None
+    assert code == 143
+    assert sorted(os.listdir(seen)) == ["2", "3"]
 
 
 def test_a_failed_worker_stops_the_others_and_fails_the_launcher() -> None:

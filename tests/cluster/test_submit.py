@@ -182,7 +182,7 @@ def test_submit_a_pipe_file_checks_parameters_against_its_params(
     code, _, err = run(capsys, "submit", "examples/prep_train_eval.pipe", "-p", "epochs=3")
     assert code == 1
     assert err.startswith("durapipe: unknown parameter 'epochs' for Workflow churn-model-")
-    assert "(it declares: snapshot, max_depth)" in err
+    assert "(it declares: snapshot, max_depth, durapipe-resume-from)" in err
 
 
 def test_submit_compiled_templates_applies_them_then_runs_the_entry(
