@@ -195,6 +195,46 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     return server.main()
 
 
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    import json
+
+    from durapipe.dsl import units
+    from durapipe.runtime import linegc
+    from durapipe.runtime.store import StoreError
+
+    try:
+        max_age = units.parse_seconds(args.max_age)
+    except ValueError as exc:
+        print(f"durapipe checkpoints: --max-age {args.max_age!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        store = linegc.open_root(args.uri)
+        if args.action == "list":
+            found, _ = linegc.lines(store)
+            outcomes = [linegc.Outcome(line, "") for line in found]
+        else:
+            outcomes = linegc.collect(store, max_age=max_age, apply=args.apply)
+    except (StoreError, OSError, ValueError) as exc:
+        print(f"durapipe checkpoints: {args.uri}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([{**o.line.to_json(), **({"action": o.action} if o.action else {})}
+                          for o in outcomes], indent=2, sort_keys=True))
+        return 0
+    for o in outcomes:
+        line = o.line
+        print(f"{line.prefix or '.'}  {line.commits} commit(s), newest "
+              f"{'#' + str(line.newest_seq) if line.newest_seq is not None else '-'}, "
+              f"{linegc.format_age(line.age_seconds)} old, {line.bytes:,} bytes"
+              + (f": {o.action}" if o.action else ""))
+    going = [o for o in outcomes if o.action in ("removed", "would remove")]
+    if args.action == "gc":
+        verb = "removed" if args.apply else "would remove (dry run; --apply removes)"
+        print(f"{len(going)} of {len(outcomes)} line(s), {sum(o.line.bytes for o in going):,} "
+              f"bytes: {verb}")
+    return 0
+
+
 def cmd_bound(args: argparse.Namespace) -> int:
     import json
 
@@ -303,6 +343,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         help='JSON price overrides: {"gpu": {"H100": 4.1}, "cpu_hour": 0.04, '
                              '"memory_gib_hour": 0.005} (US dollars per hour)')
     bound_.set_defaults(func=cmd_bound)
+
+    checkpoints = sub.add_parser(
+        "checkpoints", help="list or collect checkpoint lines in a store",
+        description="List the checkpoint lines under a store URI (the pipeline's `storage`, "
+                    "or any prefix of it), or collect those whose newest commit is older than "
+                    "--max-age. gc is a dry run unless --apply is given; a line with a live "
+                    "writer is never touched.")
+    checkpoints.add_argument("action", choices=("list", "gc"))
+    checkpoints.add_argument("uri", metavar="STORE_URI",
+                             help="s3://bucket/prefix, file:///path or a path")
+    checkpoints.add_argument("--max-age", metavar="AGE", default="14d",
+                             help="gc: collect lines whose newest commit is older (default 14d)")
+    checkpoints.add_argument("--apply", action="store_true",
+                             help="gc: remove them (without it, only say what would go)")
+    checkpoints.add_argument("--json", action="store_true", help="print JSON (for tools)")
+    checkpoints.set_defaults(func=cmd_checkpoints)
 
     graph = sub.add_parser("graph", help="draw the stage DAG (Mermaid, Graphviz dot, SVG)",
                            description="Print the stage DAG of a pipeline, each stage labelled "

@@ -1,0 +1,161 @@
+"""Checkpoint lines under a store root, and their collection (``durapipe checkpoints list|gc``).
+
+A line is a prefix holding ``manifests/``, ``blobs/`` and ``writers/`` (docs/runtime.md).  Lines
+keyed by inputs are never reused once their inputs change, so a team's nightly runs would fill
+the bucket: :func:`collect` removes the lines whose newest commit is older than ``max_age``.
+
+What it never does: touch a line with a live writer (it claims each line it removes as a writer
+would, with a run id of its own, so a writer's live lease makes it skip the line, and a run
+that starts on the line meanwhile finds the collector's lease and waits for it); or leave a
+manifest whose blobs are gone (it removes every manifest before any blob, so a collector
+killed midway leaves a line whose remaining commits restore, and that a later pass removes).
+Ages are by the store's clock: a probe object written at the start is "now"."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from durapipe.runtime.claim import WRITER_DIR, LineClaim, beat_key, claim_key
+from durapipe.runtime.errors import CheckpointError
+from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR
+from durapipe.runtime.store import Store, StoreError, open_store, retrying
+
+#: A line's parts, by the key under the store root: every line the compiler names ends in
+#: ``/checkpoints`` (``plan.checkpoint_line``), which keeps the cache's entries (and anything
+#: else in the bucket) out; a root that is itself a line is one too.
+_PART = re.compile(rf"^(?P<line>(?:.*/)?checkpoints/|)(?P<part>{MANIFEST_DIR}|{BLOB_DIR}|"
+                   rf"{WRITER_DIR})/[^/]+$")
+_MANIFEST = re.compile(rf"(?:^|/){MANIFEST_DIR}/(\d+)\.json$")
+#: Written at the start of a pass, to read the store's clock.
+CLOCK_PROBE = ".durapipe-gc-clock"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One checkpoint line as the store shows it."""
+
+    #: The prefix under the root, ending in ``/`` ("" for a root that is one line).
+    prefix: str
+    commits: int
+    newest_seq: int | None
+    #: Seconds since its newest commit (or, without one, its newest object), by the store's
+    #: clock.
+    age_seconds: float
+    bytes: int
+    keys: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lines(store: Store) -> tuple[list[Line], float]:
+    """Every line under ``store``'s root, and the store's "now"."""
+    retrying(partial(store.put_bytes, CLOCK_PROBE, b"probe"))
+    now = retrying(partial(store.modified, CLOCK_PROBE)) or time.time()
+    grouped: dict[str, list[str]] = {}
+    for key in retrying(partial(store.list, "")):
+        match = _PART.match(key)
+        if match is not None:
+            grouped.setdefault(match["line"], []).append(key)
+    found = []
+    for prefix, keys in sorted(grouped.items()):
+        seqs = sorted(int(m[1]) for k in keys if (m := _MANIFEST.search(k)))
+        dated = [k for k in keys if _MANIFEST.search(k)] or keys
+        newest = max((retrying(partial(store.modified, k)) or 0.0) for k in dated)
+        size = sum(retrying(partial(store.size, k)) or 0 for k in keys)
+        found.append(Line(prefix, len(seqs), seqs[-1] if seqs else None,
+                          max(0.0, now - newest), size, len(keys)))
+    return found, now
+
+
+@dataclass(frozen=True)
+class Outcome:
+    line: Line
+    #: "removed", "would remove", "kept: ..." (why).
+    action: str
+
+
+class _LineStore:
+    """The store seen from one line's prefix (what :class:`LineClaim` expects)."""
+
+    def __init__(self, store: Store, prefix: str) -> None:
+        self._store, self._prefix = store, prefix
+        self.uri = f"{getattr(store, 'uri', '')}/{prefix}".rstrip("/")
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if name in ("put_bytes", "get_bytes", "size", "delete", "modified", "put_file",
+                    "get_file", "fingerprint"):
+            return lambda key, *a, **k: method(self._prefix + key, *a, **k)
+        if name == "list":
+            return lambda prefix: [key[len(self._prefix):] for key in method(self._prefix + prefix)]
+        return method
+
+
+def collect(store: Store, *, max_age: float, apply: bool, lease_seconds: float | None = None,
+            delete: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Each line with what the pass did to it.  ``apply`` false: a dry run, nothing changes."""
+    found, _now = lines(store)
+    delete = delete or store.delete
+    outcomes = []
+    for line in found:
+        if line.age_seconds <= max_age:
+            outcomes.append(Outcome(line, f"kept: its newest commit is {format_age(line.age_seconds)}"
+                                          " old"))
+            continue
+        view: Any = _LineStore(store, line.prefix)
+        claim = LineClaim(view, run_id=f"durapipe-gc-{os.urandom(4).hex()}",
+                          lease_seconds=lease_seconds, env={})
+        try:
+            # A live lease: skip the line, never wait for it (a sleep that says "give up").
+            if apply:
+                claim.ensure(sleep=lambda _seconds: True)
+            else:
+                claim.wait_until_free(sleep=lambda _seconds: True)
+        except CheckpointError as error:
+            outcomes.append(Outcome(line, f"kept: a writer holds it ({error})"))
+            continue
+        if not apply:
+            outcomes.append(Outcome(line, "would remove"))
+            continue
+        held = claim.held
+        try:
+            _remove(store, line.prefix, claim, delete)
+        finally:
+            claim.release()
+        if held is not None:  # last: until here its claim and lease fenced writers out
+            try:
+                retrying(partial(delete, line.prefix + claim_key(*held)))
+            except StoreError:
+                pass
+        outcomes.append(Outcome(line, "removed"))
+    return outcomes
+
+
+def _remove(store: Store, prefix: str, claim: LineClaim, delete: Callable[[str], None]) -> None:
+    """Manifests first, then blobs, then the other writers' claims: never a manifest without
+    its blobs, whenever this stops."""
+    keys = retrying(partial(store.list, prefix))
+    held = claim.held
+    own = {prefix + claim_key(*held), prefix + beat_key(*held)} if held is not None else set()
+    order = {MANIFEST_DIR: 0, BLOB_DIR: 1}
+    for key in sorted(keys, key=lambda k: (order.get(k[len(prefix):].split("/", 1)[0], 2), k)):
+        if key not in own:
+            retrying(partial(delete, key))
+
+
+def format_age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def open_root(uri: str) -> Store:
+    return open_store(uri)
