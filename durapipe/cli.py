@@ -196,43 +196,11 @@ def cmd_lsp(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
-    import json
-
-    from durapipe.dsl import units
     from durapipe.runtime import linegc
-    from durapipe.runtime.store import StoreError
 
-    try:
-        max_age = units.parse_seconds(args.max_age)
-    except ValueError as exc:
-        print(f"durapipe checkpoints: --max-age {args.max_age!r}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        store = linegc.open_root(args.uri)
-        if args.action == "list":
-            found, _ = linegc.lines(store)
-            outcomes = [linegc.Outcome(line, "") for line in found]
-        else:
-            outcomes = linegc.collect(store, max_age=max_age, apply=args.apply)
-    except (StoreError, OSError, ValueError) as exc:
-        print(f"durapipe checkpoints: {args.uri}: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps([{**o.line.to_json(), **({"action": o.action} if o.action else {})}
-                          for o in outcomes], indent=2, sort_keys=True))
-        return 0
-    for o in outcomes:
-        line = o.line
-        print(f"{line.prefix or '.'}  {line.commits} commit(s), newest "
-              f"{'#' + str(line.newest_seq) if line.newest_seq is not None else '-'}, "
-              f"{linegc.format_age(line.age_seconds)} old, {line.bytes:,} bytes"
-              + (f": {o.action}" if o.action else ""))
-    going = [o for o in outcomes if o.action in ("removed", "would remove")]
-    if args.action == "gc":
-        verb = "removed" if args.apply else "would remove (dry run; --apply removes)"
-        print(f"{len(going)} of {len(outcomes)} line(s), {sum(o.line.bytes for o in going):,} "
-              f"bytes: {verb}")
-    return 0
+    code = linegc.run(args.action, args.uri, max_age=args.max_age, apply=args.apply,
+                      as_json=args.json)
+    return 2 if code == 64 else code
 
 
 def cmd_bound(args: argparse.Namespace) -> int:

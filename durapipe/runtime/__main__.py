@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--keep", type=int, default=None)
     agent.add_argument("--poll-seconds", type=float, default=0.2)
 
+    lines = commands.add_parser("checkpoints", help="list or collect checkpoint lines")
+    lines.add_argument("action", choices=("list", "gc"))
+    lines.add_argument("uri")
+    lines.add_argument("--max-age", default="14d")
+    lines.add_argument("--apply", action="store_true")
+    lines.add_argument("--json", action="store_true")
+
     check = commands.add_parser("preflight",
                                 help="check this Python can run the runtime and open the store")
     check.add_argument("--uri", default=None)
@@ -142,6 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep=options.keep,
             poll_seconds=options.poll_seconds,
         )
+    if options.subcommand == "checkpoints":
+        from durapipe.runtime import linegc
+
+        return linegc.run(options.action, options.uri, max_age=options.max_age,
+                          apply=options.apply, as_json=options.json)
     if options.subcommand == "preflight":
         from durapipe.runtime.agent import preflight
 

@@ -13,14 +13,17 @@ Ages are by the store's clock: a probe object written at the start is "now"."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
+from durapipe.runtime import contract
 from durapipe.runtime.claim import WRITER_DIR, LineClaim, beat_key, claim_key
 from durapipe.runtime.errors import CheckpointError
 from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR
@@ -159,3 +162,61 @@ def format_age(seconds: float) -> str:
 
 def open_root(uri: str) -> Store:
     return open_store(uri)
+
+
+_AGE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_age(text: str) -> float:
+    """``14d``, ``36h``, ``1d12h``, ``90m``, ``3600s`` or plain seconds; ``ValueError``."""
+    text = text.strip()
+    if text.isdigit():
+        return float(text)
+    match = _AGE.match(text)
+    if not text or match is None or not any(match.groups()):
+        raise ValueError("expected a duration such as 14d, 36h, 1d12h or 90m")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def render(outcomes: list[Outcome], *, gc: bool, apply: bool) -> str:
+    """What ``checkpoints list|gc`` print: a line per checkpoint line, then for gc a summary."""
+    out = []
+    for o in outcomes:
+        line = o.line
+        newest = f"#{line.newest_seq}" if line.newest_seq is not None else "-"
+        out.append(f"{line.prefix or '.'}  {line.commits} commit(s), newest {newest}, "
+                   f"{format_age(line.age_seconds)} old, {line.bytes:,} bytes"
+                   + (f": {o.action}" if o.action else ""))
+    if gc:
+        going = [o for o in outcomes if o.action in ("removed", "would remove")]
+        verb = "removed" if apply else "would remove (dry run; --apply removes)"
+        out.append(f"{len(going)} of {len(outcomes)} line(s), "
+                   f"{sum(o.line.bytes for o in going):,} bytes: {verb}")
+    return "".join(f"{line}\n" for line in out)
+
+
+def to_json(outcomes: list[Outcome]) -> str:
+    return json.dumps([{**o.line.to_json(), **({"action": o.action} if o.action else {})}
+                       for o in outcomes], indent=2, sort_keys=True) + "\n"
+
+
+def run(action: str, uri: str, *, max_age: str, apply: bool, as_json: bool) -> int:
+    """``checkpoints list|gc``, for both command lines (``durapipe`` and the runtime's)."""
+    try:
+        age = parse_age(max_age)
+    except ValueError as error:
+        sys.stderr.write(f"checkpoints: --max-age {max_age!r}: {error}\n")
+        return contract.EXIT_USAGE
+    try:
+        store = open_root(uri)
+        if action == "list":
+            outcomes = [Outcome(line, "") for line in lines(store)[0]]
+        else:
+            outcomes = collect(store, max_age=age, apply=apply)
+    except (StoreError, OSError, ValueError, CheckpointError) as error:
+        sys.stderr.write(f"checkpoints: {uri}: {error}\n")
+        return 1
+    sys.stdout.write(to_json(outcomes) if as_json else render(outcomes, gc=action == "gc",
+                                                              apply=apply))
+    return 0

@@ -139,3 +139,26 @@ def test_the_cli_lists_and_collects_with_a_summary(
     assert actions == ["removed", "kept", "removed"]
     assert main(["checkpoints", "gc", str(store_root), "--max-age", "soon"]) == 2
     assert "--max-age 'soon'" in capsys.readouterr().err
+
+
+def test_the_runtime_zipapp_collects_in_a_pod_with_nothing_installed(
+        store_root: Path, tmp_path: Path) -> None:
+    """What a CronWorkflow's pod would run: the zipapp alone, the stage image's Python."""
+    import subprocess
+    import sys
+
+    from durapipe.runtime.build_zipapp import archive_bytes
+
+    pyz = tmp_path / "durapipe-runtime.pyz"
+    pyz.write_bytes(archive_bytes())
+    listed = subprocess.run([sys.executable, "-S", str(pyz), "checkpoints", "list",
+                             str(store_root), "--json"], capture_output=True, text=True,
+                            check=False, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert listed.returncode == 0, listed.stderr
+    assert [line["prefix"] for line in json.loads(listed.stdout)] == [
+        "p/inputs/train/aaaa/checkpoints/", "p/inputs/train/bbbb/checkpoints/",
+        "p/runs/wf-1/train/checkpoints/"]
+    wrong = subprocess.run([sys.executable, "-S", str(pyz), "checkpoints", "gc",
+                            str(store_root), "--max-age", "soon"], capture_output=True,
+                           text=True, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert wrong.returncode == 64 and "--max-age 'soon'" in wrong.stderr
