@@ -137,7 +137,11 @@ class UploadAgent:
     def _drain_until_stopped(self, poll_seconds: float) -> None:
         # On a thread of its own: a store that never answers, or another run's lease waited
         # for, must not hold the agent past its deadline (commits wait for it, in theirs).
-        threading.Thread(target=self.claim_line, name="durapipe-agent-claim", daemon=True).start()
+        # Only the pod whose trainer holds global rank 0 writes the line: another node's agent
+        # claiming it would fence node 0's out (the same run, so at once).
+        if os.environ.get(contract.ENV_JOB_COMPLETION_INDEX, "0") in ("", "0"):
+            threading.Thread(target=self.claim_line, name="durapipe-agent-claim",
+                             daemon=True).start()
         while not self.stopping.is_set():
             outcome = self.drain_once()
             if outcome == "idle":

@@ -29,6 +29,10 @@ ENV_STORE_URI: Final = "DURAPIPE_STORE_URI"
 #: URI of this stage's checkpoint line. Keyed by the stage's inputs (or run, or pipeline) and
 #: stage, never by attempt.
 ENV_CHECKPOINT_URI: Final = "DURAPIPE_CHECKPOINT_URI"
+#: Set by Kubernetes in every container of an Indexed Job's pod (a JobSet's nodes): the node's
+#: index.  Only node 0 holds global rank 0 (the compiled torchrun gives node k the ranks from
+#: ``k * procs_per_node``), so only its upload agent claims the line.
+ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 #: JSON object ``{stage: checkpoint line URI}``: lines of an earlier run to restore from where
 #: the stage's own line has no commit yet (``durapipe submit --resume-from RUN``, ``durapipe
 #: run --resume RUN``); commits still go to the stage's own line.  Empty: none.

@@ -29,7 +29,9 @@ POD_GC_BOUND_S = 120
 def test_a_node_lost_mid_training_costs_one_preemption_and_resumes(real: Real, tmp_path) -> None:
     module = pl.overlay(tmp_path, "spot_training.pipe", cpu=100, memory=256 * MiB)
     pl.deploy(real, module, tmp_path / "deploy")
-    name = pl.submit(real, TEMPLATE, NS, "epochs=40", "epoch_seconds=0.5")
+    # Inputs of its own: with test_preemption's (epochs=40), its line is that run's, already
+    # at epoch 40, and the trainer finds nothing left to do (checkpoint `scope = "inputs"`).
+    name = pl.submit(real, TEMPLATE, NS, "epochs=44", "epoch_seconds=0.5")
     deadline = time.monotonic() + 300
     reached, pod = 0, ""
     while reached < 6 or pod_node_phase(real, name) != "Running":

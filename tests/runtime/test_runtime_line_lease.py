@@ -375,3 +375,32 @@ def test_a_dead_writer_whose_clock_ran_ahead_loses_its_lease_once_its_beat_stops
     began = time.monotonic()
     assert writer(uri, tmp_path / "b", "run-b").load_sync() is None
     assert LEASE <= time.monotonic() - began <= REFUSED_WITHIN
+
+
+def test_only_node_0s_agent_of_a_multi_node_stage_claims_the_line(tmp_path: Path) -> None:
+    """Every pod of a JobSet has an upload agent; only node 0's trainer holds global rank 0
+    and writes. Another node's agent claiming the line (the same run: taken over at once)
+    would fence node 0's out, as the real node's two-pod JobSet showed (a third claim)."""
+    uri = (tmp_path / "store").as_uri()
+    store = open_store(uri)
+    agents = {}
+    for node in ("1", "0"):
+        agents[node] = subprocess.Popen(
+            runtime_cmd("agent", "--spool", str(tmp_path / f"spool-{node}"), "--uri", uri,
+                        "--poll-seconds", "0.02"),
+            env=child_env(**run_env("run-a", pod=f"pretrain-{node}"),
+                          **{contract.ENV_GRACE_SECONDS: "20",
+                             contract.ENV_JOB_COMPLETION_INDEX: node}))
+    try:
+        deadline = time.monotonic() + 60
+        while not writer_keys(store, CLAIM_SUFFIX):
+            assert time.monotonic() < deadline, "node 0's agent did not claim the line"
+            time.sleep(0.05)
+        time.sleep(LEASE)  # time enough for node 1's agent to have claimed, had it
+        (claim,) = writer_keys(store, CLAIM_SUFFIX)
+        assert json.loads(store.get_bytes(claim))["pod"] == "pretrain-0"
+    finally:
+        for agent in agents.values():
+            agent.send_signal(signal.SIGTERM)
+        for agent in agents.values():
+            assert agent.wait(timeout=60) == 0
