@@ -32,6 +32,7 @@ from durapipe.runtime.errors import CheckpointError
 from durapipe.runtime.mainbeat import main_may_still_save
 from durapipe.runtime.spool import RETRY_DIR, pending_requests, settle, write_result
 from durapipe.runtime.podstatus import record_pod_status
+from durapipe.runtime.signalflag import SignalFlag
 from durapipe.runtime.store import Store, StoreError, open_store, store_client
 
 log = logging.getLogger("durapipe.agent")
@@ -51,7 +52,8 @@ class UploadAgent:
         self.spool_dir = spool_dir
         self.committer = Committer(store, keep=keep)
         self.grace_seconds = grace_seconds
-        self.stopping = threading.Event()
+        #: Set by the SIGTERM handler, so it must take no lock (``signalflag``).
+        self.stopping = SignalFlag()
         #: Monotonic time by which the agent must have exited (set once stopping).
         self.deadline: float | None = None
         self.backoff = UploadBackoff()

@@ -31,12 +31,14 @@ from typing import Any
 from durapipe.runtime import contract
 from durapipe.runtime.checkpoint import Checkpoint
 from durapipe.runtime.deadline import grace_from_env, note_stop_signal
+from durapipe.runtime.signalflag import SignalFlag
 from durapipe.runtime.errors import LineBusy
 # Re-exported: the SDK's failure record is the wrapper's verdict input (docs/runtime.md).
 from durapipe.runtime.verdict import is_gpu_oom as is_gpu_oom
 from durapipe.runtime.verdict import record_failure as record_failure
 
-_stop_flag = threading.Event()
+#: Set by the SIGTERM handler, so it must take no lock (``signalflag``).
+_stop_flag = SignalFlag()
 _handler_lock = threading.Lock()
 _handler_installed = False
 

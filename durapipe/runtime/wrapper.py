@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from durapipe.runtime import contract
+from durapipe.runtime.signalflag import SignalFlag
 from durapipe.runtime.cgroup import MemoryCgroup, find_memory_cgroup, memory_limit_from_env
 from durapipe.runtime.hashing import hash_path
 from durapipe.runtime.verdict import (
@@ -188,7 +189,8 @@ class Supervisor:
             self.memory_limit = self.memory_cgroup.limit_bytes()
         self._process: subprocess.Popen[bytes] | None = None
         self._tee: _StderrTee | None = None
-        self._stop_requested = threading.Event()
+        #: Set from the SIGTERM handler: a flag that takes no lock (``signalflag``).
+        self._stop_requested = SignalFlag()
         self._killed_after_grace = False
         self._exited = threading.Event()
         self._oom_before: int | None = None
