@@ -186,14 +186,19 @@ def parse_grace_seconds(value: str | float | None) -> float:
     """
     if value is None or value == "":
         return DEFAULT_GRACE_SECONDS
+    return _seconds_within(value, MAX_GRACE_SECONDS, "a grace period")
+
+
+def _seconds_within(value: str | float, maximum: float, what: str) -> float:
+    """``value`` as seconds in (0, ``maximum``]; ``ValueError`` saying it is not ``what``."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = float("nan")
-    if not 0 < seconds <= MAX_GRACE_SECONDS:  # NaN fails every comparison
+    if not 0 < seconds <= maximum:  # NaN fails every comparison
         raise ValueError(
-            f"{value!r} is not a grace period: give a number of seconds greater than 0 "
-            f"and at most {MAX_GRACE_SECONDS:.0f}"
+            f"{value!r} is not {what}: give a number of seconds greater than 0 "
+            f"and at most {maximum:.0f}"
         )
     return seconds
 
@@ -216,12 +221,6 @@ def line_lease_from_env(env: Mapping[str, str]) -> float:
     if not value:
         return DEFAULT_LINE_LEASE_SECONDS
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds <= MAX_LINE_LEASE_SECONDS:  # NaN fails every comparison
-        raise ValueError(
-            f"{ENV_LINE_LEASE}: {value!r} is not a lease: give a number of seconds greater "
-            f"than 0 and at most {MAX_LINE_LEASE_SECONDS:.0f}"
-        )
-    return seconds
+        return _seconds_within(value, MAX_LINE_LEASE_SECONDS, "a lease")
+    except ValueError as error:
+        raise ValueError(f"{ENV_LINE_LEASE}: {error}") from None

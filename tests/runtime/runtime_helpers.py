@@ -33,6 +33,21 @@ def runtime_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "durapipe.runtime", *args]
 
 
+def start_with_setting(reader: str, variable: str, value: str,
+                       tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The SDK (``runtime.context()``, then prints "ran") or the upload agent started with
+    ``variable=value`` in its environment, run to its end."""
+    store = (tmp_path / "store").as_uri()
+    if reader == "sdk":
+        command = [sys.executable, "-c",
+                   "from durapipe import runtime\nruntime.context()\nprint('ran')"]
+    else:
+        command = runtime_cmd("agent", "--spool", str(tmp_path / "spool"), "--uri", store)
+    env = child_env(**{variable: value, contract.ENV_CHECKPOINT_URI: store})
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+
+
 def preempt_after_line(command: list[str], *, env: dict[str, str], termination_log: Path,
                        line: str, timeout: float, stderr: int | None = None) -> str:
     """Run ``command`` under the runtime wrapper and SIGTERM it once it prints ``line``, as a

@@ -28,7 +28,7 @@ from durapipe.runtime.verdict import parse_verdict_line
 from durapipe.runtime.wrapper import run_attempt
 from tests.runtime.conftest import S3_CREDENTIALS
 from tests.runtime.faults import SilentServer
-from tests.runtime.runtime_helpers import child_env, runtime_cmd
+from tests.runtime.runtime_helpers import child_env, runtime_cmd, start_with_setting
 
 #: Zero or less (the wrapper would SIGKILL at once), not a number, infinite, or so large that
 #: the kill timer and the bounded waits overflow.
@@ -72,16 +72,8 @@ def test_the_wrapper_refuses_a_grace_period_that_is_not_positive_and_finite(
 def test_the_sdk_and_the_agent_refuse_a_grace_period_that_is_not_positive_and_finite(
     value: str, reader: str, tmp_path: Path
 ) -> None:
-    store = (tmp_path / "store").as_uri()
-    if reader == "sdk":
-        command = [sys.executable, "-c",
-                   "from durapipe import runtime\nruntime.context()\nprint('ran')"]
-    else:
-        command = runtime_cmd("agent", "--spool", str(tmp_path / "spool"), "--uri", store)
-    env = child_env(**{contract.ENV_GRACE_SECONDS: value, contract.ENV_CHECKPOINT_URI: store})
     # Before: the SDK took 30 s instead, and the agent ran (it would have waited for work).
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30,
-                               check=False)
+    completed = start_with_setting(reader, contract.ENV_GRACE_SECONDS, value, tmp_path)
     assert completed.returncode == contract.EXIT_USAGE
     assert "ran" not in completed.stdout
     errors = [line for line in completed.stderr.splitlines() if contract.ENV_GRACE_SECONDS in line]

@@ -35,7 +35,7 @@ from durapipe.runtime.errors import LineBusy
 from durapipe.runtime.restore import restore_newest
 from durapipe.runtime.store import Store, open_store
 from durapipe.runtime.verdict import parse_verdict_line
-from tests.runtime.runtime_helpers import child_env, runtime_cmd
+from tests.runtime.runtime_helpers import child_env, runtime_cmd, start_with_setting
 from tests.runtime.test_runtime_hostile_lines import make_state, restored_step
 
 LEASE = 2.0
@@ -332,15 +332,7 @@ def test_a_lease_that_is_not_a_positive_number_of_seconds_is_refused(
 ) -> None:
     """As a bad grace period is: one line naming the variable, exit 64, no traceback (a zero
     lease would let any run take a live writer's line, an infinite one never free it)."""
-    store = (tmp_path / "store").as_uri()
-    if reader == "sdk":
-        command = [sys.executable, "-c",
-                   "from durapipe import runtime\nruntime.context()\nprint('ran')"]
-    else:
-        command = runtime_cmd("agent", "--spool", str(tmp_path / "spool"), "--uri", store)
-    env = child_env(**{contract.ENV_LINE_LEASE: value, contract.ENV_CHECKPOINT_URI: store})
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30,
-                               check=False)
+    completed = start_with_setting(reader, contract.ENV_LINE_LEASE, value, tmp_path)
     assert completed.returncode == contract.EXIT_USAGE
     assert "ran" not in completed.stdout
     errors = [line for line in completed.stderr.splitlines() if contract.ENV_LINE_LEASE in line]
