@@ -109,18 +109,24 @@ def substitute(text: str, workflow_params: dict[str, str],
     return re.sub(r"\{\{(.*?)\}\}", one, text)
 
 
+class _NoUpstreamPods(dict[str, str]):
+    """Every input parameter, empty: a first attempt's pod runs here without its upstream
+    pods, so the content hashes they would publish are ""."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
 def inputs_key(expression: str, workflow_params: dict[str, str]) -> str:
-    """What Argo makes of a stage's key expression (``memo.key_expression``: a checkpoint
-    line's name): its params from the workflow's, its static digest as written, and the
-    upstream content hashes as empty, since a first attempt's pod runs here without its
-    upstream pods."""
-    params = {name: workflow_params[ref] for name, ref in
-              re.findall(r"'([^']+)': workflow\.parameters\['([^']+)'\]", expression)}
-    upstream = {name: "" for name, _ in
-                re.findall(r"'([^']+)': inputs\.parameters\['([^']+)'\]", expression)}
-    static = re.search(r"'static': '([0-9a-f]{64})'", expression)
-    assert static, expression
-    return memo.runtime_key(static.group(1), params, upstream)
+    """What Argo makes of a stage's key expression (a checkpoint line's name), by the
+    compiler's own evaluator of it."""
+    key = memo.evaluate_key_expression("{{" + expression + "}}", workflow_params,
+                                       _NoUpstreamPods())
+    assert key is not None, expression
+    return key
 
 
 @dataclass
