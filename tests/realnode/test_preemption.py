@@ -39,26 +39,34 @@ def pod_node_phase(real: Real, workflow: str) -> str | None:
     return phases[0] if len(phases) == 1 else None
 
 
-def test_an_evicted_trainer_saves_resumes_and_spends_a_preemption(real: Real, tmp_path) -> None:
-    module = pl.overlay(tmp_path, "spot_training.pipe", cpu=100, memory=256 * MiB)
-    pl.deploy(real, module, tmp_path / "deploy")
-    name = pl.submit(real, TEMPLATE, NS, "epochs=40", "epoch_seconds=0.5")
-
-    deadline = time.monotonic() + 300
+def trained(real: Real, workflow: str, epochs: int, timeout: float = 300
+            ) -> tuple[dict[str, Any], int]:
+    """The run's first train pod once it has trained ``epochs`` epochs and Argo sees its
+    node Running, with the epochs it reached.  A pod that vanishes while its node is still
+    Pending to the controller is created again under the same name, as if it never ran
+    (v4.1.2 `podReconciliation`; seen here when an eviction came 3 s into the run)."""
+    deadline = time.monotonic() + timeout
     first: dict[str, Any] | None = None
     reached = 0
-    # Evicted once Argo has seen the attempt run: a pod that vanishes while its node is still
-    # Pending to the controller is created again under the same name, as if it never ran
-    # (v4.1.2 `podReconciliation`; seen here when the eviction came 3 s into the run).
-    while reached < 4 or pod_node_phase(real, name) != "Running":
-        assert time.monotonic() < deadline, "the first attempt never trained 4 epochs"
-        pods = train_pods(real, name)
+    while reached < epochs or pod_node_phase(real, workflow) != "Running":
+        assert time.monotonic() < deadline, f"the first attempt never trained {epochs} epochs"
+        pods = train_pods(real, workflow)
         if pods:
             first = pods[0]
             done = re.findall(r"epoch (\d+) done", main_log(real, first["metadata"]["name"]))
             reached = int(done[-1]) if done else 0
         time.sleep(0.5)
     assert first is not None
+    return first, reached
+
+
+def test_an_evicted_trainer_saves_resumes_and_spends_a_preemption(real: Real, tmp_path) -> None:
+    module = pl.overlay(tmp_path, "spot_training.pipe", cpu=100, memory=256 * MiB)
+    pl.deploy(real, module, tmp_path / "deploy")
+    name = pl.submit(real, TEMPLATE, NS, "epochs=40", "epoch_seconds=0.5")
+
+    # Evicted once Argo has seen the attempt run (`trained`).
+    first, reached = trained(real, name, 4)
     pod = first["metadata"]["name"]
     grace = first["spec"]["terminationGracePeriodSeconds"]
 

@@ -13,7 +13,7 @@ import pytest
 
 from . import pipelines as pl
 from .conftest import Real
-from .test_preemption import NS, TEMPLATE, main_log, pod_node_phase, train_pods
+from .test_preemption import NS, TEMPLATE, main_log, train_pods, trained
 
 pytestmark = pytest.mark.realnode
 
@@ -34,17 +34,9 @@ def test_a_run_failed_for_good_is_resubmitted_and_resumes_from_its_last_commit(
     params = ("epochs=30", "epoch_seconds=0.5")
     first = pl.submit(real, TEMPLATE, NS, *params)
 
-    deadline = time.monotonic() + 300
-    reached, pod = 0, ""
-    while reached < 4 or pod_node_phase(real, first) != "Running":
-        assert time.monotonic() < deadline, "the first run never trained 4 epochs"
-        pods = train_pods(real, first)
-        if pods:
-            pod = pods[0]["metadata"]["name"]
-            done = re.findall(r"epoch (\d+) done", main_log(real, pod))
-            reached = int(done[-1]) if done else 0
-        time.sleep(0.5)
-    grace = pods[0]["spec"]["terminationGracePeriodSeconds"]
+    trainer, reached = trained(real, first, 4)
+    pod = trainer["metadata"]["name"]
+    grace = trainer["spec"]["terminationGracePeriodSeconds"]
     t0 = time.monotonic()
     real.cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{NS}/pods/{pod}/eviction",
                          "-f", "-", input=json.dumps({

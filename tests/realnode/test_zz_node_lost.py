@@ -17,7 +17,7 @@ import pytest
 
 from . import pipelines as pl
 from .conftest import Real
-from .test_preemption import NS, TEMPLATE, main_log, pod_node_phase, train_pods
+from .test_preemption import NS, TEMPLATE, main_log, train_pods, trained
 
 pytestmark = pytest.mark.realnode
 
@@ -32,16 +32,8 @@ def test_a_node_lost_mid_training_costs_one_preemption_and_resumes(real: Real, t
     # Inputs of its own: with test_preemption's (epochs=40), its line is that run's, already
     # at epoch 40, and the trainer finds nothing left to do (checkpoint `scope = "inputs"`).
     name = pl.submit(real, TEMPLATE, NS, "epochs=44", "epoch_seconds=0.5")
-    deadline = time.monotonic() + 300
-    reached, pod = 0, ""
-    while reached < 6 or pod_node_phase(real, name) != "Running":
-        assert time.monotonic() < deadline, "the first attempt never trained 6 epochs"
-        pods = train_pods(real, name)
-        if pods:
-            pod = pods[0]["metadata"]["name"]
-            done = re.findall(r"epoch (\d+) done", main_log(real, pod))
-            reached = int(done[-1]) if done else 0
-        time.sleep(0.5)
+    first, reached = trained(real, name, 6)
+    pod = first["metadata"]["name"]
 
     t0 = time.monotonic()
     real.node.lose()
