@@ -35,7 +35,7 @@ ZIPAPP = f"{contract.RUNTIME_INSTALL_DIR}/{contract.RUNTIME_ZIPAPP_NAME}"
 OUTPUT_HASH_DIR = f"{RUNTIME_ROOT}/outputs"
 #: The workflow parameter naming earlier runs' checkpoint lines to restore from (a JSON
 #: object ``{stage: line}``, empty by default): ``durapipe submit --resume-from RUN`` sets it.
-RESUME_FROM_PARAM = "durapipe-resume-from"
+RESUME_FROM_PARAM = contract.RESUME_FROM_PARAM
 #: The runtime's report of the attempt's first restore, read as the ``resumed-from`` output.
 RESUME_REPORT = f"{RUNTIME_ROOT}/resumed-from.json"
 RESUMED_FROM_OUTPUT = "resumed-from"

@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("--max-age", default="14d")
     lines.add_argument("--apply", action="store_true")
     lines.add_argument("--json", action="store_true")
+    lines.add_argument("--protect-unfinished-runs", action="store_true",
+                       help="read the namespace's unfinished Workflows from the Kubernetes API "
+                            "and keep their lines (fails, removing nothing, when it cannot)")
 
     check = commands.add_parser("preflight",
                                 help="check this Python can run the runtime and open the store")
@@ -153,7 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from durapipe.runtime import linegc
 
         return linegc.run(options.action, options.uri, max_age=options.max_age,
-                          apply=options.apply, as_json=options.json)
+                          apply=options.apply, as_json=options.json,
+                          protection=linegc.unfinished_runs_in_cluster
+                          if options.protect_unfinished_runs else None)
     if options.subcommand == "preflight":
         from durapipe.runtime.agent import preflight
 

@@ -196,10 +196,23 @@ class LineClaim:
             self._heartbeat = _Heartbeat(self, mine)
             self._heartbeat.start()
             _HELD.add(self)
-            for key in keys:  # their writers are fenced out by ours, which sorts after them
-                parsed = _parse(key)
-                if parsed is not None and parsed[0] < mine:
-                    self._delete_quietly(key)
+            self._tidy(store, keys, mine)
+
+    def _tidy(self, store: Store, keys: list[str], mine: Claim) -> None:
+        """Remove what the claims before ``mine`` left (their writers are fenced out by ours,
+        which sorts after them): every beat, and the claims of this run or of none.  Another
+        run's claim stays, beat-less, as the record that the run used the line: the
+        checkpoint collector keeps a line while a run that has not finished has a claim in it
+        (one per run, so a line holds as many claims as runs used it)."""
+        for key in keys:
+            parsed = _parse(key)
+            if parsed is None or parsed[0] >= mine:
+                continue
+            if parsed[1] == CLAIM_SUFFIX:
+                holder = self._holder_quietly(store, parsed[0])
+                if holder is not None and holder.run and holder.run != self.run_id:
+                    continue
+            self._delete_quietly(key)
 
     def wait_until_free(
         self, *, via: Store | None = None, sleep: Callable[[float], object] | None = None

@@ -37,6 +37,11 @@ ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 #: the stage's own line has no commit yet (``durapipe submit --resume-from RUN``, ``durapipe
 #: run --resume RUN``); commits still go to the stage's own line.  Empty: none.
 ENV_CHECKPOINT_RESUME_FROM: Final = "DURAPIPE_CHECKPOINT_RESUME_FROM"
+#: The workflow parameter that carries it to the pods (``durapipe submit --resume-from`` sets
+#: it; the checkpoint collector reads it to keep the lines a run still to finish resumes from).
+RESUME_FROM_PARAM: Final = "durapipe-resume-from"
+#: The label Argo's controller sets to "true" on a Workflow once it has finished.
+WORKFLOW_COMPLETED_LABEL: Final = "workflows.argoproj.io/completed"
 #: Where the runtime writes what the attempt's first restore found (``RESUME_REPORT_KEYS``, a
 #: JSON object): the cluster reads it as the ``resumed-from`` output parameter for `status`.
 ENV_RESUME_REPORT: Final = "DURAPIPE_RESUME_REPORT"

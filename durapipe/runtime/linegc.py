@@ -6,7 +6,11 @@ the bucket: :func:`collect` removes the lines whose newest commit is older than 
 
 What it never does: touch a line with a live writer (it claims each line it removes as a writer
 would, with a run id of its own, so a writer's live lease makes it skip the line, and a run
-that starts on the line meanwhile finds the collector's lease and waits for it); or leave a
+that starts on the line meanwhile finds the collector's lease and waits for it); touch a line
+a run that has not finished uses, when told which runs those are (:class:`Protection`: a run
+whose claim is in the line, between two attempts, or one resuming from it by
+``durapipe-resume-from``; in a pod, read from the Kubernetes API, and a pass that cannot read
+them removes nothing); or leave a
 manifest whose blobs are gone (it removes every manifest before any blob, so a collector
 killed midway leaves a line whose remaining commits restore, and that a later pass removes).
 Ages are by the store's clock: a probe object written at the start is "now"."""
@@ -18,16 +22,16 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
 from durapipe.runtime import contract
-from durapipe.runtime.claim import WRITER_DIR, LineClaim, beat_key, claim_key
+from durapipe.runtime.claim import CLAIM_SUFFIX, WRITER_DIR, LineClaim, beat_key, claim_key
 from durapipe.runtime.errors import CheckpointError
 from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR
-from durapipe.runtime.store import Store, StoreError, open_store, retrying
+from durapipe.runtime.store import NotFound, Store, StoreError, open_store, retrying
 
 #: A line's parts, by the key under the store root: every line the compiler names ends in
 #: ``/checkpoints`` (``plan.checkpoint_line``), which keeps the cache's entries (and anything
@@ -78,6 +82,99 @@ def lines(store: Store) -> tuple[list[Line], float]:
 
 
 @dataclass(frozen=True)
+class Protection:
+    """The runs that have not finished, and so whose lines no pass may remove."""
+
+    #: Their run ids (the Workflows' names, which their claims record as ``run``).
+    runs: frozenset[str] = frozenset()
+    #: Line URI (no trailing ``/``) -> the run resuming from it (``durapipe-resume-from``).
+    resumed_lines: Mapping[str, str] = field(default_factory=dict)
+    #: Where they were read, for the report.
+    source: str = ""
+
+    def why_kept(self, line_uri: str, claimed_by: Iterable[str]) -> str | None:
+        """Why a line must stay for these runs, or ``None``."""
+        users = sorted(set(claimed_by) & self.runs)
+        if users:
+            return f"kept: run {users[0]} has not finished and has claimed it"
+        resumer = self.resumed_lines.get(line_uri.rstrip("/"))
+        if resumer is not None:
+            return f"kept: run {resumer} has not finished and resumes from it"
+        return None
+
+
+def protection_from_workflows(workflows: Iterable[Mapping[str, Any]], source: str) -> Protection:
+    """What the Workflows that have not finished protect (finished ones are skipped here too,
+    whatever the query asked for)."""
+    runs: set[str] = set()
+    resumed: dict[str, str] = {}
+    for workflow in workflows:
+        meta = workflow.get("metadata") or {}
+        if (meta.get("labels") or {}).get(contract.WORKFLOW_COMPLETED_LABEL) == "true":
+            continue
+        name = str(meta.get("name") or "")
+        if not name:
+            continue
+        runs.add(name)
+        for param in ((workflow.get("spec") or {}).get("arguments") or {}).get("parameters") or []:
+            if isinstance(param, Mapping) and param.get("name") == contract.RESUME_FROM_PARAM:
+                for line in _resume_lines(param.get("value")):
+                    resumed.setdefault(line.rstrip("/"), name)
+    return Protection(frozenset(runs), resumed, source)
+
+
+def _resume_lines(value: object) -> list[str]:
+    try:
+        lines_by_stage = json.loads(value) if isinstance(value, str) and value else {}
+    except ValueError:
+        return []
+    if not isinstance(lines_by_stage, dict):
+        return []
+    return [line for line in lines_by_stage.values() if isinstance(line, str)]
+
+
+#: Workflows per page of the list (the API server's continue token pages the rest).
+_PAGE = 500
+
+
+def unfinished_runs_in_cluster(namespace: str | None = None,
+                               **api_options: Any) -> Protection:
+    """The unfinished Workflows of this pod's namespace (or ``namespace``), read from the
+    Kubernetes API as the pod's service account (RBAC: ``list`` of ``workflows`` in
+    ``argoproj.io``).  ``CheckpointError`` when they cannot be read: a pass that does not
+    know which runs are live must not remove their lines."""
+    from urllib.parse import quote
+
+    from durapipe.runtime.podstatus import api_get, own_namespace
+
+    namespace = namespace or own_namespace()
+    if not namespace:
+        raise CheckpointError("--protect-unfinished-runs needs the pod's namespace, and this "
+                              "is not a pod (no service account mount)")
+    selector = quote(f"{contract.WORKFLOW_COMPLETED_LABEL}!=true", safe="")
+    items: list[Mapping[str, Any]] = []
+    token = ""
+    try:
+        while True:
+            page = api_get(f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows"
+                           f"?labelSelector={selector}&limit={_PAGE}"
+                           + (f"&continue={quote(token, safe='')}" if token else ""),
+                           **api_options)
+            items.extend(i for i in page.get("items") or [] if isinstance(i, Mapping))
+            token = str((page.get("metadata") or {}).get("continue") or "")
+            if not token:
+                break
+    except (OSError, ValueError, KeyError) as error:
+        raise CheckpointError(
+            f"cannot list the Workflows of namespace {namespace}, so cannot tell which lines "
+            f"runs that have not finished use, and removes nothing: {error} (the pod's service "
+            "account needs `list` on `workflows` in `argoproj.io`; `durapipe compile -o DIR/` "
+            "emits that Role)") from None
+    return protection_from_workflows(items, f"the unfinished Workflows of namespace "
+                                             f"{namespace}")
+
+
+@dataclass(frozen=True)
 class Outcome:
     line: Line
     #: "removed", "would remove", "kept: ..." (why).
@@ -101,9 +198,29 @@ class _LineStore:
         return method
 
 
+def claimed_by(store: Store, prefix: str) -> list[str]:
+    """The runs whose claims a line holds (a released claim stays: the run used it)."""
+    runs = []
+    for key in retrying(partial(store.list, prefix + WRITER_DIR + "/")):
+        if key.endswith(CLAIM_SUFFIX):
+            try:
+                record = json.loads(retrying(partial(store.get_bytes, key)))
+            except (NotFound, ValueError):
+                continue  # withdrawn meanwhile, or not a claim durapipe wrote
+            if isinstance(record, dict) and record.get("run"):
+                runs.append(str(record["run"]))
+    return runs
+
+
+def line_uri(store: Store, prefix: str) -> str:
+    return f"{getattr(store, 'uri', '').rstrip('/')}/{prefix}".rstrip("/")
+
+
 def collect(store: Store, *, max_age: float, apply: bool, lease_seconds: float | None = None,
-            delete: Callable[[str], None] | None = None) -> list[Outcome]:
-    """Each line with what the pass did to it.  ``apply`` false: a dry run, nothing changes."""
+            delete: Callable[[str], None] | None = None,
+            protection: Protection | None = None) -> list[Outcome]:
+    """Each line with what the pass did to it.  ``apply`` false: a dry run, nothing changes.
+    ``protection``: the runs that have not finished, whose lines stay."""
     found, _now = lines(store)
     delete = delete or store.delete
     outcomes = []
@@ -111,6 +228,11 @@ def collect(store: Store, *, max_age: float, apply: bool, lease_seconds: float |
         if line.age_seconds <= max_age:
             outcomes.append(Outcome(line, f"kept: its newest commit is {format_age(line.age_seconds)}"
                                           " old"))
+            continue
+        kept = protection.why_kept(line_uri(store, line.prefix), claimed_by(store, line.prefix)) \
+            if protection is not None else None
+        if kept is not None:
+            outcomes.append(Outcome(line, kept))
             continue
         view: Any = _LineStore(store, line.prefix)
         claim = LineClaim(view, run_id=f"durapipe-gc-{os.urandom(4).hex()}",
@@ -201,8 +323,11 @@ def to_json(outcomes: list[Outcome]) -> str:
                        for o in outcomes], indent=2, sort_keys=True) + "\n"
 
 
-def run(action: str, uri: str, *, max_age: str, apply: bool, as_json: bool) -> int:
-    """``checkpoints list|gc``, for both command lines (``durapipe`` and the runtime's)."""
+def run(action: str, uri: str, *, max_age: str, apply: bool, as_json: bool,
+        protection: Callable[[], Protection] | None = None) -> int:
+    """``checkpoints list|gc``, for both command lines (``durapipe`` and the runtime's);
+    ``protection`` reads the runs that have not finished (before the pass: when it fails,
+    nothing is removed)."""
     try:
         age = parse_age(max_age)
     except ValueError as error:
@@ -213,7 +338,11 @@ def run(action: str, uri: str, *, max_age: str, apply: bool, as_json: bool) -> i
         if action == "list":
             outcomes = [Outcome(line, "") for line in lines(store)[0]]
         else:
-            outcomes = collect(store, max_age=age, apply=apply)
+            protected = protection() if protection is not None else None
+            if protected is not None:
+                sys.stderr.write(f"checkpoints: keeping the lines of {len(protected.runs)} "
+                                 f"run(s) that have not finished ({protected.source})\n")
+            outcomes = collect(store, max_age=age, apply=apply, protection=protected)
     except (StoreError, OSError, ValueError, CheckpointError) as error:
         sys.stderr.write(f"checkpoints: {uri}: {error}\n")
         return 1

@@ -44,16 +44,16 @@ DISRUPTION_REASONS = frozenset(
 )
 
 
-def fetch_pod(
-    name: str,
-    namespace: str,
+def api_get(
+    path: str,
     *,
     api: str | None = None,
     token: str | None = None,
     ca_file: str | None = None,
     timeout: float = 5.0,
 ) -> dict[str, Any]:
-    """GET the pod object (defaults: in-cluster service host, token and CA)."""
+    """GET ``path`` of the Kubernetes API as this pod's service account (defaults: the
+    in-cluster service host, token and CA); ``OSError`` or ``ValueError`` when it fails."""
     if api is None:
         host = os.environ["KUBERNETES_SERVICE_HOST"]
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
@@ -63,13 +63,27 @@ def fetch_pod(
     if ca_file is None and api.startswith("https://"):
         ca_file = str(SERVICE_ACCOUNT / "ca.crt")
     request = urllib.request.Request(
-        f"{api}/api/v1/namespaces/{namespace}/pods/{name}",
+        f"{api}{path}",
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
     )
     context = ssl.create_default_context(cafile=ca_file) if api.startswith("https://") else None
     with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-        pod: dict[str, Any] = json.loads(response.read())
-    return pod
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def own_namespace() -> str | None:
+    """The namespace this pod runs in, as its service account's mount says (``None`` outside
+    a pod)."""
+    try:
+        return (SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def fetch_pod(name: str, namespace: str, **options: Any) -> dict[str, Any]:
+    """GET the pod object (``options``: those of :func:`api_get`)."""
+    return api_get(f"/api/v1/namespaces/{namespace}/pods/{name}", **options)
 
 
 def container_ending(pod: Mapping[str, Any], container: str) -> dict[str, Any]:

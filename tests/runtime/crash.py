@@ -11,6 +11,14 @@ trainer) and a fresh one started.  After every round:
   whole state (files of different steps), or load() answers an older commit;
 - **lost**: the restored step is older than a step whose ``wait()`` had returned, or (sidecar,
   once a live agent has drained the spool) older than a step whose ``save()`` had returned.
+
+With ``collector=True`` a checkpoint collector runs too (``checkpoints gc`` with ``max_age``
+0, so every line is old enough), in passes one after another from its own forked process,
+SIGKILLed at a random moment of each round: the writers' lines are claimed by a run that has
+not finished, so the collector must keep them whatever it is doing; beside them, lines of
+finished runs are written every few rounds, which it must remove. After every round (the
+collector dead) each of those still there must restore (**dangling**: a manifest left without
+its blobs); at the end one pass that is not killed must leave none of them.
 """
 
 from __future__ import annotations
@@ -61,6 +69,10 @@ class Counts:
     kills: Counter[str] = field(default_factory=Counter)
     torn: int = 0
     lost: int = 0
+    dangling: int = 0
+    #: Lines of finished runs written, and removed by the collector while it was being killed.
+    finished_lines: int = 0
+    collected: int = 0
     problems: list[str] = field(default_factory=list)
     landed: Counter[str] = field(default_factory=Counter)
 
@@ -70,6 +82,8 @@ class Counts:
             f"{sum(self.kills.values())} kills ({kills}); "
             f"rounds with a new commit: {dict(sorted(self.landed.items()))}; "
             f"{self.torn} torn, {self.lost} lost"
+            + (f", {self.dangling} dangling; {self.collected} of {self.finished_lines} lines "
+               "of finished runs collected" if self.finished_lines else "")
         )
 
 
@@ -90,16 +104,34 @@ def consistent_step(path: Path, metadata: dict[str, object]) -> int:
     return step
 
 
+#: The run the writers' claims name when a collector runs: one that has not finished.
+WRITERS_RUN = "crash-run"
+#: The lease of writers and collector then: a killed collector's claim on a line it was
+#: removing lapses within a round or two, so a later pass takes the line over.
+COLLECTOR_LEASE_SECONDS = "1"
+
+
 class Harness:
-    def __init__(self, work: Path, s3_bucket_uri: str | None, env: dict[str, str]) -> None:
+    def __init__(self, work: Path, s3_bucket_uri: str | None, env: dict[str, str],
+                 collector: bool = False) -> None:
         self.work = work
         self.lines: list[Line] = []
+        self.collector = collector
+        self.collector_pid: int | None = None
+        self.finished: list[tuple[str, str]] = []  # (store root URI, line prefix) written
+        self.roots: list[str] = []
         stores = [("local", (work / "store").as_uri())]
         if s3_bucket_uri:
             stores.append(("s3", s3_bucket_uri))
+        if collector:
+            env = {**env, "DURAPIPE_RUN_ID": WRITERS_RUN,
+                   "DURAPIPE_LINE_LEASE_SECONDS": COLLECTOR_LEASE_SECONDS}
         for store_name, base in stores:
+            self.roots.append(base.rstrip("/"))
             for uploader in ("thread", "sidecar"):
-                uri = f"{base.rstrip('/')}/{uploader}"
+                # Named as the compiler names lines (``.../checkpoints``), so a collector of
+                # the store root finds them.
+                uri = f"{base.rstrip('/')}/{uploader}/checkpoints"
                 root = work / f"{store_name}-{uploader}"
                 root.mkdir(parents=True)
                 self.lines.append(
@@ -129,7 +161,83 @@ class Harness:
         if line.agent is None:
             line.agent = self._ask(f"agent {line.uri} {line.spool}")
 
+    def _start_collector(self, index: int, rng: random.Random, counts: Counts) -> None:
+        if index % 5 == 0:
+            for root in self.roots:
+                self._write_finished_line(root, index, counts)
+        self.collector_pid = self._ask(
+            f"collect {' '.join(self.roots)} --protect {WRITERS_RUN} --log "
+            f"{self.work / 'collector.log'}")
+        if index % 5 == 0:
+            # Lines to remove: killed within its first pass, often in the middle of one.
+            time.sleep(rng.uniform(0, 0.03))
+            self._kill_collector(counts)
+            self._check_finished_lines(counts)
+            self.collector_pid = self._ask(
+                f"collect {' '.join(self.roots)} --protect {WRITERS_RUN} --log "
+                f"{self.work / 'collector.log'}")
+
+    def _write_finished_line(self, root: str, index: int, counts: Counts) -> None:
+        from durapipe.runtime.checkpoint import Checkpoint
+
+        prefix = f"finished-{index}/checkpoints"
+        checkpoint = Checkpoint(f"{root}/{prefix}", path=self.work / "finished" / prefix,
+                                keep=2, env={"DURAPIPE_RUN_ID": f"finished-run-{index}"})
+        for step in (1, 2, 3):
+            state = self.work / "finished-state"
+            write_state_for(state, step)
+            checkpoint.save_sync(state, metadata={"step": step})
+        checkpoint.close()
+        self.finished.append((root, prefix))
+        counts.finished_lines += 1
+
+    def _kill_collector(self, counts: Counts) -> None:
+        if self.collector_pid is not None:
+            self._kill(self.collector_pid)
+            self.collector_pid = None
+            counts.kills["collector"] += 1
+
+    def _check_finished_lines(self, counts: Counts) -> None:
+        """The collector is dead: whatever it left of the finished runs' lines restores."""
+        for root, prefix in list(self.finished):
+            keys = open_store(root).list(prefix + "/")
+            if not keys:
+                counts.collected += 1
+                self.finished.remove((root, prefix))
+                continue
+            view = open_store(f"{root}/{prefix}")
+            manifests = [k for k in keys if f"/{MANIFEST_DIR}/" in k]
+            try:
+                restored = restore_newest(view, self.work / "check-finished")
+                if manifests and restored is None:
+                    raise ValueError(f"{len(manifests)} manifest(s) but nothing restores")
+                if restored is not None:
+                    consistent_step(restored.path, restored.commit.metadata)
+            except (CheckpointError, ValueError, OSError) as error:
+                counts.dangling += 1
+                counts.problems.append(f"{prefix}: dangling: {error}")
+
+    def final_pass(self, counts: Counts) -> None:
+        """One pass nobody kills, once the killed collectors' leases lapsed: no line of a
+        finished run is left, and the writers' lines are whole."""
+        from durapipe.runtime import linegc
+
+        time.sleep(float(COLLECTOR_LEASE_SECONDS) * 1.5)
+        for root in self.roots:
+            # By the collectors' lease: a claimant judges another's lease by its own.
+            linegc.collect(open_store(root), max_age=0, apply=True,
+                           lease_seconds=float(COLLECTOR_LEASE_SECONDS),
+                           protection=linegc.Protection(frozenset({WRITERS_RUN})))
+        self._check_finished_lines(counts)
+        for root, prefix in self.finished:
+            counts.problems.append(f"{prefix}: left after a final pass: "
+                                   f"{open_store(root).list(prefix)}")
+        for line in self.lines:
+            self._check(line, counts)
+
     def round(self, index: int, rng: random.Random, counts: Counts) -> None:
+        if self.collector:
+            self._start_collector(index, rng, counts)
         line = rng.choice(self.lines)
         slow = line.name.startswith("s3")
         if line.uploader == "sidecar":
@@ -162,6 +270,11 @@ class Harness:
             while pending_requests(line.spool) and time.monotonic() < deadline:
                 time.sleep(0.005)
             line.acked = max(line.acked, line.handed)
+        if self.collector:
+            # At a random moment of the round: mid-pass, between passes, or mid-removal.
+            time.sleep(rng.uniform(0, 0.05))
+            self._kill_collector(counts)
+            self._check_finished_lines(counts)
         self._check(line, counts)
 
     def _kill_agent(self, line: Line, counts: Counts) -> None:
@@ -209,6 +322,10 @@ class Harness:
         line.seq = max(line.seq, seq or 0)
 
     def close(self) -> None:
+        if self.collector_pid is not None:
+            os.kill(self.collector_pid, signal.SIGKILL)
+            self._ask(f"reap {self.collector_pid}")
+            self.collector_pid = None
         for line in self.lines:
             if line.agent is not None:
                 os.kill(line.agent, signal.SIGKILL)
@@ -219,17 +336,28 @@ class Harness:
 
 
 def run_kills(
-    work: Path, rounds: int, seed: int, *, s3_bucket_uri: str | None, env: dict[str, str]
+    work: Path, rounds: int, seed: int, *, s3_bucket_uri: str | None, env: dict[str, str],
+    collector: bool = False,
 ) -> Counts:
     counts = Counts()
     rng = random.Random(seed)
-    harness = Harness(work, s3_bucket_uri, env)
+    harness = Harness(work, s3_bucket_uri, env, collector=collector)
     try:
         for index in range(rounds):
             harness.round(index, rng, counts)
+        if collector:
+            harness.final_pass(counts)
     finally:
         harness.close()
     return counts
+
+
+def write_state_for(root: Path, step: int) -> None:
+    """One whole state of ``step``, as the zygote's trainers write it."""
+    (root / "shards").mkdir(parents=True, exist_ok=True)
+    (root / "shards" / "weights.bin").write_bytes(step.to_bytes(8, "little") * 512)
+    (root / "frozen.bin").write_bytes(FROZEN)
+    (root / "step.json").write_text(json.dumps({"step": step}))
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -8,6 +8,9 @@ one); each child opens its own.  Protocol on stdin/stdout, one line each:
                   -> fork a trainer; prints "<pid>" once it has restored and starts saving
     agent <uri> <spool>
                   -> fork an upload agent; prints "<pid>" once it is running
+    collect <root>... --protect <run> --log <file>
+                  -> fork a checkpoint collector that runs passes (max_age 0) over each
+                     root, keeping the lines of <run>, until killed; prints "<pid>"
     reap <pid>    -> waits for that (killed) child; prints its wait status
 
 A trainer appends ``handed <step>`` to ``<workdir>/acks`` once ``save()`` returned (the state is
@@ -63,10 +66,28 @@ def agent(uri: str, spool: Path, ready: int) -> None:
     uploader.run(poll_seconds=0.01)
 
 
+def collector(arguments: list[str], ready: int) -> None:
+    from durapipe.runtime import linegc
+
+    log_at = arguments.index("--log")
+    protect_at = arguments.index("--protect")
+    roots = arguments[:protect_at]
+    protection = linegc.Protection(frozenset({arguments[protect_at + 1]}))
+    log = open(arguments[log_at + 1], "a", buffering=1)  # noqa: SIM115 (lives until the kill)
+    os.write(ready, b"x")
+    os.close(ready)
+    while True:
+        for root in roots:
+            outcomes = linegc.collect(open_store(root), max_age=0, apply=True,
+                                      protection=protection)
+            log.write(f"{os.getpid()} {root}: " + ", ".join(
+                f"{o.line.prefix} {o.action}" for o in outcomes) + "\n")
+
+
 def main() -> None:
     for line in sys.stdin:
         command, *arguments = line.split()
-        if command in ("train", "agent"):
+        if command in ("train", "agent", "collect"):
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -76,6 +97,8 @@ def main() -> None:
                         uri, workdir, spool, uploader, seed = arguments
                         Path(workdir).mkdir(parents=True, exist_ok=True)
                         trainer(uri, Path(workdir), Path(spool), uploader, int(seed), write_fd)
+                    elif command == "collect":
+                        collector(arguments, write_fd)
                     else:
                         agent(arguments[0], Path(arguments[1]), write_fd)
                 finally:

@@ -162,3 +162,112 @@ def test_the_runtime_zipapp_collects_in_a_pod_with_nothing_installed(
                             str(store_root), "--max-age", "soon"], capture_output=True,
                            text=True, check=False, env={"PATH": "/usr/bin:/bin"})
     assert wrong.returncode == 64 and "--max-age 'soon'" in wrong.stderr
+
+
+# -- lines of runs that have not finished ------------------------------------------------------
+
+
+def _workflow(name: str, *, completed: bool = False, resume_from: dict[str, str] | None = None,
+              ) -> dict[str, object]:
+    labels = {"workflows.argoproj.io/completed": "true"} if completed else {}
+    params = [{"name": "lr", "value": "0.1"}]
+    if resume_from is not None:
+        params.append({"name": "durapipe-resume-from", "value": json.dumps(resume_from)})
+    return {"metadata": {"name": name, "labels": labels},
+            "spec": {"arguments": {"parameters": params}}}
+
+
+def test_a_line_a_run_still_to_finish_claimed_or_resumes_from_is_kept(store_root: Path) -> None:
+    """Between two attempts a run holds no lease, only its claim: the collector keeps the
+    line while the run has not finished, and the line a run resumes from by
+    ``durapipe-resume-from``; a finished run protects nothing."""
+    claimed = store_root / "p/inputs/train/aaaa/checkpoints"
+    pending = LineClaim(LocalStore(claimed), run_id="wf-pending", lease_seconds=30)
+    pending.ensure()
+    pending.release()  # the attempt ended; the run's next one has not started
+    resumed = (store_root / "p/runs/wf-1/train/checkpoints").as_uri()
+    protection = linegc.protection_from_workflows(
+        [_workflow("wf-pending"), _workflow("wf-2", resume_from={"train": resumed + "/"}),
+         _workflow("wf-done", completed=True, resume_from={"train": "file:///elsewhere"})],
+        "a test")
+    assert protection.runs == {"wf-pending", "wf-2"}
+    store = AgedStore(store_root)
+    outcomes = linegc.collect(store, max_age=14 * DAY, apply=True, protection=protection)
+    assert [o.action for o in outcomes] == [
+        "kept: run wf-pending has not finished and has claimed it",
+        "kept: its newest commit is 0s old",
+        "kept: run wf-2 has not finished and resumes from it"]
+    assert restore_newest(LocalStore(claimed), store_root.parent / "r") is not None
+    # Once both have finished, the same pass removes both lines.
+    finished = linegc.protection_from_workflows(
+        [_workflow("wf-pending", completed=True), _workflow("wf-2", completed=True)], "a test")
+    outcomes = linegc.collect(store, max_age=14 * DAY, apply=True, protection=finished)
+    assert [o.action.split(":")[0] for o in outcomes] == ["removed", "kept", "removed"]
+
+
+class _FakeApi:
+    """The Kubernetes API's list of Workflows over real HTTP, two to a page, or a refusal."""
+
+    def __init__(self, workflows: list[dict[str, object]], status: int = 200) -> None:
+        import http.server
+        import threading
+
+        self.queries: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                from urllib.parse import parse_qs, urlsplit
+
+                outer.queries.append(self.path)
+                query = parse_qs(urlsplit(self.path).query)
+                start = int((query.get("continue") or ["0"])[0])
+                page = {"items": workflows[start:start + 2], "metadata": {}}
+                if start + 2 < len(workflows):
+                    page["metadata"] = {"continue": str(start + 2)}
+                body = json.dumps(page if status == 200 else {"kind": "Status"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_unfinished_runs_are_read_from_the_kubernetes_api_page_by_page() -> None:
+    api = _FakeApi([_workflow(f"wf-{i}") for i in range(5)])
+    try:
+        protection = linegc.unfinished_runs_in_cluster("ml", api=api.url, token="t")
+    finally:
+        api.close()
+    assert protection.runs == {f"wf-{i}" for i in range(5)}
+    assert len(api.queries) == 3
+    assert api.queries[0].startswith("/apis/argoproj.io/v1alpha1/namespaces/ml/workflows?")
+    assert "labelSelector=workflows.argoproj.io%2Fcompleted%21%3Dtrue" in api.queries[0]
+
+
+def test_a_collector_that_cannot_read_the_runs_removes_nothing(
+        store_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RBAC without `list` of workflows (a 403): the pass fails before it looks at a line."""
+    api = _FakeApi([], status=403)
+    before = sorted(p for p in store_root.rglob("*") if p.is_file())
+    try:
+        code = linegc.run("gc", str(store_root), max_age="1s", apply=True, as_json=False,
+                          protection=lambda: linegc.unfinished_runs_in_cluster(
+                              "ml", api=api.url, token="t"))
+    finally:
+        api.close()
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "cannot list the Workflows of namespace ml" in err and "removes nothing" in err
+    assert "`list` on `workflows`" in err
+    assert sorted(p for p in store_root.rglob("*") if p.is_file()) == before

@@ -166,3 +166,24 @@ def test_store_errors_mid_upload_never_tear_or_lose_a_commit(
             assert through_faults.commit.seq == restored.commit.seq
     assert failures > 0 and load_errors > 0, "the injected faults never fired"
     assert committed_step > ROUNDS // 2
+
+
+def test_a_collector_killed_at_random_beside_killed_writers_loses_nothing_and_tears_nothing(
+    s3_uri: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    """#25 item 3: the crash test with a checkpoint collector in passes (`max_age` 0) beside
+    the writers, SIGKILLed at a random moment of each round, often in the middle of removing
+    a finished run's line: the writers' lines (their run has not finished) lose and tear
+    nothing, what a killed collector leaves restores, and a final pass removes the rest."""
+    counts = run_kills(tmp_path, KILLS // 2, seed=20261203, s3_bucket_uri=s3_uri,
+                       env=crash_child_env(s3_env), collector=True)
+    print(counts.summary())
+    assert counts.torn == 0 and counts.lost == 0 and counts.dangling == 0, \
+        "\n".join(counts.problems)
+    assert not counts.problems, "\n".join(counts.problems)
+    assert counts.kills["collector"] >= KILLS // 2
+    # Finished runs' lines were written on both stores and all were collected in the end,
+    # some by a collector that was then killed (the rest by the final pass).
+    assert counts.finished_lines == 2 * len(range(0, KILLS // 2, 5))
+    assert counts.collected == counts.finished_lines
+    assert sum(counts.landed.values()) >= KILLS // 20
