@@ -14,7 +14,8 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from durapipe import __version__
 from durapipe.files import write_atomic
@@ -198,9 +199,28 @@ def cmd_lsp(args: argparse.Namespace) -> int:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     from durapipe.runtime import linegc
 
+    protection = partial(_unfinished_runs, args) if args.protect_unfinished_runs else None
     code = linegc.run(args.action, args.uri, max_age=args.max_age, apply=args.apply,
-                      as_json=args.json)
+                      as_json=args.json, protection=protection)
     return 2 if code == 64 else code
+
+
+def _unfinished_runs(args: argparse.Namespace) -> Any:
+    """``checkpoints gc --protect-unfinished-runs``: the unfinished Workflows of the
+    kubeconfig's namespace (or ``-n``), as the in-cluster collector reads them."""
+    from durapipe.cluster.api import ClusterError, connect
+    from durapipe.runtime import contract, linegc
+    from durapipe.runtime.errors import CheckpointError
+
+    try:
+        cluster = connect(args.kubeconfig, args.context, args.namespace)
+        workflows = cluster.list_objects(
+            "Workflow", f"{contract.WORKFLOW_COMPLETED_LABEL}!=true")
+    except ClusterError as error:
+        raise CheckpointError(f"cannot tell which runs have not finished, so removes nothing: "
+                              f"{error}") from None
+    return linegc.protection_from_workflows(
+        workflows, f"the unfinished Workflows of namespace {cluster.namespace}")
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
@@ -326,6 +346,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     checkpoints.add_argument("--apply", action="store_true",
                              help="gc: remove them (without it, only say what would go)")
     checkpoints.add_argument("--json", action="store_true", help="print JSON (for tools)")
+    checkpoints.add_argument("--protect-unfinished-runs", action="store_true",
+                             help="gc: keep every line a Workflow that has not finished has "
+                                  "claimed or resumes from (read from the cluster; nothing is "
+                                  "removed when it cannot be read)")
+    if command in (None, "checkpoints"):
+        from durapipe.cluster.arguments import add_connection_arguments
+
+        add_connection_arguments(checkpoints)
     checkpoints.set_defaults(func=cmd_checkpoints)
 
     graph = sub.add_parser("graph", help="draw the stage DAG (Mermaid, Graphviz dot, SVG)",

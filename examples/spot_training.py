@@ -1,9 +1,9 @@
 """Builder twin of spot_training.pipe."""
 
-from durapipe.dsl.builder import Checkpoint, Gpu, Pipeline, Resources, Retry
+from durapipe.dsl.builder import Checkpoint, CheckpointGc, Gpu, Pipeline, Resources, Retry
 
 p = Pipeline("spot-training", namespace="ml-training", storage="s3://acme-ml/durapipe",
-             profile="eks")
+             profile="eks", checkpoint_gc=CheckpointGc(schedule="0 3 * * *", max_age="14d"))
 epochs = p.param("epochs", int, default=10)
 lr = p.param("lr", float, default=0.001)
 dataset = p.param("dataset", str, default="s3://acme-ml/datasets/imagenet-subset")

@@ -199,8 +199,10 @@ def argo_keys(p: Pipeline, fake_hash: dict[str, str]) -> dict[str, str]:
     expression's own reads, given the workflow's parameter values and upstream hashes."""
     result = compile_pipeline(p, CompileOptions())
     assert result.ok, [d.message for d in result.diagnostics]
+    from durapipe.compiler.checkpoint_gc import is_collector
+
     keys: dict[str, set[str]] = {}
-    for doc in result.documents:
+    for doc in (d for d in result.documents if not is_collector(d)):
         held = {a["name"]: a["value"] for a in doc["spec"].get("arguments", {}).get(
             "parameters", [])}
         for t in doc["spec"]["templates"]:

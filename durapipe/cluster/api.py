@@ -94,7 +94,7 @@ def _deadline(seconds: float) -> Iterator[None]:
                              outer_interval)
 
 
-def _client_module() -> Any:
+def client_module() -> Any:
     try:
         import kubernetes
     except ImportError as exc:
@@ -134,7 +134,7 @@ class Cluster:
 
         import urllib3
 
-        kubernetes = _client_module()
+        kubernetes = client_module()
         if isinstance(exc, kubernetes.client.exceptions.ApiException):
             status = exc.status if isinstance(exc.status, int) else None
             return ClusterError(self._api_message(what, exc), status=status,
@@ -209,7 +209,7 @@ class Cluster:
     # -- the objects ----------------------------------------------------------------------
 
     def _custom(self) -> Any:
-        return _client_module().client.CustomObjectsApi(self.api)
+        return client_module().client.CustomObjectsApi(self.api)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
         what = f"get {kind} {name}"
@@ -269,7 +269,7 @@ class Cluster:
                   GROUP, VERSION, self.namespace, PLURALS[kind], name)
 
     def core(self) -> Any:
-        return _client_module().client.CoreV1Api(self.api)
+        return client_module().client.CoreV1Api(self.api)
 
     def pods(self, label_selector: str) -> list[dict[str, Any]]:
         """The pods matching ``label_selector``, as plain JSON objects."""
@@ -313,7 +313,7 @@ class Cluster:
     def ensure_core(self, body: Mapping[str, Any]) -> None:
         """Create a core object the pipeline's pods need (the runtime's ConfigMap) unless one
         of its name exists: such objects are named by their content, so the name says it all."""
-        kubernetes = _client_module()
+        kubernetes = client_module()
         kind, name = str(body["kind"]), str(body["metadata"]["name"])
         create = {"ConfigMap": "create_namespaced_config_map"}.get(kind)
         if create is None:
@@ -332,7 +332,7 @@ class Cluster:
         server ends the watch (after ``timeout_s``) or the version expires (HTTP 410, raised as
         ``Expired``).  Silence ``WATCH_SILENCE_S`` past that, or a watch still running twice
         as long past it, is a dead connection (a transient ``ClusterError``)."""
-        kubernetes = _client_module()
+        kubernetes = client_module()
         what = f"watch Workflow {name}"
         silence_s = timeout_s + WATCH_SILENCE_S
         watcher = kubernetes.watch.Watch()
@@ -367,7 +367,7 @@ class Cluster:
 
     def _guarded(self, what: str, stream: Iterator[T], deadline_s: float,
                  read_timeout_s: float) -> Iterator[T]:
-        kubernetes = _client_module()
+        kubernetes = client_module()
         deadline = time.monotonic() + deadline_s
         while True:
             try:
@@ -420,7 +420,7 @@ def connect(kubeconfig: str | None, context: str | None, namespace: str | None) 
     or the pod's service account when running inside a cluster."""
     import os
 
-    kubernetes = _client_module()
+    kubernetes = client_module()
     # A kubeconfig that says insecure-skip-tls-verify has chosen it; kubectl stays silent then,
     # and urllib3's warning on every request would bury durapipe's own one-line messages.
     import warnings

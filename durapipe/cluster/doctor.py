@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from durapipe.cluster.api import Cluster, ClusterError, _client_module, connect
+from durapipe.cluster.api import Cluster, ClusterError, client_module, connect
+from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.run_status import printable
-from durapipe.cluster.submit import _add_connection, _fail
+from durapipe.cluster.submit import print_failure
 
 ARGO_CRDS = ("workflows.argoproj.io", "workflowtemplates.argoproj.io",
              "cronworkflows.argoproj.io", "workflowtaskresults.argoproj.io")
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the namespace Argo's controller runs in (default: argo)")
     parser.add_argument("--controller-account", default="argo", metavar="NAME",
                         help="the controller's service account (default: argo)")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
 def _ask(cluster: Cluster, what: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -61,7 +62,7 @@ def _ask(cluster: Cluster, what: str, fn: Callable[..., Any], *args: Any) -> Any
 
 def _allowed(cluster: Cluster, user: str, verb: str, group: str, resource: str,
              namespace: str) -> bool:
-    kubernetes = _client_module()
+    kubernetes = client_module()
     authz = kubernetes.client.AuthorizationV1Api(cluster.api)
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
               "spec": {"user": user, "groups": ["system:serviceaccounts",
@@ -82,7 +83,7 @@ def _account(namespace: str, name: str) -> str:
 
 def checks(cluster: Cluster, args: argparse.Namespace,
            compiled: Any | None) -> Iterator[Check]:
-    kubernetes = _client_module()
+    kubernetes = client_module()
     ext = kubernetes.client.ApiextensionsV1Api(cluster.api)
     core = kubernetes.client.CoreV1Api(cluster.api)
     apps = kubernetes.client.AppsV1Api(cluster.api)
@@ -207,7 +208,7 @@ def doctor(args: argparse.Namespace) -> int:
             print(check.line(), flush=True)
             failed += not check.ok
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     if failed:
         print(f"\n{failed} check{'s' * (failed != 1)} failed", file=sys.stderr)
     return 1 if failed else 0

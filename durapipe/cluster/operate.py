@@ -6,7 +6,7 @@ Argo's ``spec.shutdown`` set by a JSON merge patch (both start no new stage and 
 running pods; ``Stop`` then runs the exit handlers, ``Terminate`` does not), and a stage's log is its attempt's pod's ``main``
 container log, the pod found from the Workflow's own node tree (``run_status.stage_pods``).
 
-Failures are one line on stderr and exit 1 (``submit._fail``); usage errors exit 2.
+Failures are one line on stderr and exit 1 (``submit.print_failure``); usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 from durapipe.cluster import run_status
 from durapipe.cluster.api import Cluster, ClusterError, connect
-from durapipe.cluster.submit import _add_connection, _fail, _interpret
+from durapipe.cluster.arguments import add_connection_arguments
+from durapipe.cluster.submit import interpret_workflow, print_failure
 from durapipe.runtime import contract
 
 LABEL_PIPELINE = "durapipe.dev/pipeline"
@@ -45,12 +46,12 @@ def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pipeline", metavar="PIPELINE_OR_FILE",
                         help="the pipeline's name, or a .pipe/.py/.yaml file that defines it")
     parser.add_argument("--json", action="store_true", help="print the runs as JSON")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="the Workflow's name")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
 def add_logs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +62,7 @@ def add_logs_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the stage's Nth attempt, from 1 (default: the latest)")
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing while the attempt runs")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ def _pipeline_of(target: str, namespace: str | None) -> tuple[str, str | None] |
         name = (meta.get("labels") or {}).get(LABEL_PIPELINE) or meta.get("name")
         if name:
             return str(name), namespace or meta.get("namespace")
-    return _fail(f"{target} names no pipeline")
+    return print_failure(f"{target} names no pipeline")
 
 
 def runs_of(cluster: Cluster, pipeline: str) -> list[dict[str, Any]]:
@@ -160,10 +161,10 @@ def list_runs(args: argparse.Namespace) -> int:
     pipeline, namespace = target
     try:
         cluster = connect(args.kubeconfig, args.context, namespace)
-        reports = [_interpret(cluster, str(wf["metadata"].get("name")), wf)
+        reports = [interpret_workflow(cluster, str(wf["metadata"].get("name")), wf)
                    for wf in runs_of(cluster, pipeline)]
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     if args.json:
         print(json.dumps([{"name": r.name, "phase": r.phase, "started_at": r.started_at,
                            "finished_at": r.finished_at,
@@ -195,12 +196,12 @@ def _shutdown(args: argparse.Namespace, how: str) -> int:
         wf = _get_run(cluster, args.run)
         phase = str((wf.get("status") or {}).get("phase") or "Pending")
         if phase in ("Succeeded", "Failed", "Error"):
-            return _fail(f"run {args.run} already ended ({phase}); nothing to "
+            return print_failure(f"run {args.run} already ended ({phase}); nothing to "
                          f"{how.lower()}")
         cluster.merge_patch("Workflow", args.run, {"spec": {"shutdown": how}},
                             what=f"{how.lower()} Workflow {args.run}")
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     effect = ("no new stage starts, running ones are stopped, exit handlers run"
               if how == "Stop" else "no new stage starts, running ones are stopped, no exit "
               "handler runs")
@@ -222,7 +223,7 @@ def delete(args: argparse.Namespace) -> int:
         _get_run(cluster, args.run)
         cluster.delete("Workflow", args.run)
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     print(f"{args.run}: deleted")
     return 0
 
@@ -254,7 +255,7 @@ def resubmit(args: argparse.Namespace) -> int:
         wf = _get_run(cluster, args.run)
         created = cluster.create(resubmission(wf))
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     print(created["metadata"]["name"])
     return 0
 
@@ -339,14 +340,14 @@ def logs(args: argparse.Namespace) -> int:
         try:
             stages = run_status.stage_pods(wf)
         except run_status.MalformedWorkflow as exc:
-            return _fail(f"the API server at {cluster.server} returned a Workflow {args.run} "
+            return print_failure(f"the API server at {cluster.server} returned a Workflow {args.run} "
                          f"that durapipe cannot read: {exc}")
         chosen = _choose_attempt(args.run, stages, args.stage, args.attempt)
         if isinstance(chosen, str):
-            return _fail(chosen)
+            return print_failure(chosen)
         pod = pod_of(chosen, cluster.pods(f"{LABEL_WORKFLOW}={args.run}"))
         if pod is None:
-            return _fail(f"the pod of {chosen.get('displayName') or chosen.get('name')} is "
+            return print_failure(f"the pod of {chosen.get('displayName') or chosen.get('name')} is "
                          f"gone (Argo's pod GC deleted it, or the node never got one); its "
                          "log is only in the artifact repository, if archived")
         if args.follow:
@@ -357,7 +358,7 @@ def logs(args: argparse.Namespace) -> int:
             for line in text.splitlines():
                 print(render_log_line(line))
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     return 0
 
 

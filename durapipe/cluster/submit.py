@@ -26,8 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from durapipe.cluster import run_status
+from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
 from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
+from durapipe.compiler.checkpoint_gc import is_collector
 from durapipe.dsl.arguments import parse_assignments
 
 #: Seconds a watch request asks the server to keep it open before it is renewed (a watch
@@ -37,14 +39,6 @@ WATCH_TIMEOUT_S = 60
 RECONNECT_FIRST_S = 1.0
 RECONNECT_MAX_S = 30.0
 RECONNECT_GIVE_UP_S = 300.0
-
-
-def _add_connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--namespace", metavar="NS",
-                        help="namespace (default: the file's, else the kubeconfig context's)")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
 
 
 def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,17 +60,17 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=("name", "yaml", "json"), default="name",
                         help="print the run's name (default), or the created objects as yaml "
                              "or json")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
 def add_status_arguments(parser: argparse.ArgumentParser, *, watch: bool = False) -> None:
     parser.add_argument("run", metavar="RUN", help="the Workflow's name")
     if not watch:
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    _add_connection(parser)
+    add_connection_arguments(parser)
 
 
-def _fail(message: str) -> int:
+def print_failure(message: str) -> int:
     print(f"durapipe: {run_status.printable(message)}", file=sys.stderr)
     return 1
 
@@ -143,12 +137,15 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
         compiled = compile_file(path, compile_args, diagnostics)
         if diagnostics:
             print(_render(diagnostics, "human"), file=sys.stderr)
-        return 1 if compiled is None else [*compiled.runtime_objects, *compiled.documents]
+        if compiled is None:
+            return 1
+        return [*compiled.runtime_objects,
+                *(d for d in compiled.documents if not is_collector(d))]
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        return _fail(f"cannot read {path}: {exc.strerror or exc}")
+        return print_failure(f"cannot read {path}: {exc.strerror or exc}")
     try:
         if path.endswith(".json"):
             loaded = json.loads(text)
@@ -160,17 +157,19 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
     except ImportError:
         from durapipe.extras import install_hint
 
-        return _fail(f"reading YAML needs the `cluster` extra: {install_hint('cluster')}")
+        return print_failure(f"reading YAML needs the `cluster` extra: {install_hint('cluster')}")
     except ValueError as exc:  # JSONDecodeError, and yaml.YAMLError via its mark text
-        return _fail(f"{path} is not valid JSON: {exc}")
+        return print_failure(f"{path} is not valid JSON: {exc}")
     except Exception as exc:  # yaml.YAMLError has no common base with the stdlib's
         if type(exc).__module__.startswith("yaml"):
-            return _fail(f"{path} is not valid YAML: {str(exc).splitlines()[0]}")
+            return print_failure(f"{path} is not valid YAML: {str(exc).splitlines()[0]}")
         raise
     kinds = {"Workflow", "WorkflowTemplate", "CronWorkflow"}
-    found = [d for d in docs if isinstance(d, dict) and d.get("kind") in kinds]
+    # The checkpoint collector's CronWorkflow is deployed with the pipeline, never a run of it.
+    found = [d for d in docs if isinstance(d, dict) and d.get("kind") in kinds
+             and not is_collector(d)]
     if not found:
-        return _fail(f"{path} holds no Workflow, WorkflowTemplate or CronWorkflow")
+        return print_failure(f"{path} holds no Workflow, WorkflowTemplate or CronWorkflow")
     # The runtime's ConfigMap, which every pod of the pipeline mounts, travels with it.
     return [d for d in docs if isinstance(d, dict) and d.get("kind") == "ConfigMap"] + found
 
@@ -191,14 +190,14 @@ def submit(args: argparse.Namespace) -> int:
         if getattr(args, "resume_from", None):
             problem = resume_lines(sender, args, given)
             if problem:
-                return _fail(problem)
+                return print_failure(problem)
         if args.template is not None:
             cluster = sender.connect(args.namespace)
             template = cluster.get("WorkflowTemplate", args.template)
             problem = check_parameters(given, declared_parameters(template.get("spec") or {}),
                                        f"WorkflowTemplate {args.template}")
             if problem:
-                return _fail(problem)
+                return print_failure(problem)
             sender.create(template_run(template, given))
         else:
             docs = load_documents(args.file, args)
@@ -206,10 +205,10 @@ def submit(args: argparse.Namespace) -> int:
                 return docs
             problem = _submit_documents(docs, given, sender)
             if problem:
-                return _fail(problem)
+                return print_failure(problem)
         return sender.finish()
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
 
 
 def resume_lines(sender: Sender, args: argparse.Namespace, given: dict[str, str]) -> str | None:
@@ -385,7 +384,7 @@ def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 # -- status and watch -------------------------------------------------------------------------
 
 
-def _interpret(cluster: Cluster, name: str, wf: Mapping[str, Any]) -> run_status.RunReport:
+def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any]) -> run_status.RunReport:
     try:
         return run_status.interpret(wf)
     except run_status.MalformedWorkflow as exc:
@@ -396,9 +395,9 @@ def _interpret(cluster: Cluster, name: str, wf: Mapping[str, Any]) -> run_status
 def status(args: argparse.Namespace) -> int:
     try:
         cluster = connect(args.kubeconfig, args.context, args.namespace)
-        report = _interpret(cluster, args.run, cluster.get("Workflow", args.run))
+        report = interpret_workflow(cluster, args.run, cluster.get("Workflow", args.run))
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -486,7 +485,7 @@ def follow(cluster: Cluster, name: str, display: Display, sleep: float = 1.0,
     wf = cluster.get("Workflow", name)
     reconnect = Reconnect(name, log or sys.stderr)
     while True:
-        report = _interpret(cluster, name, wf)
+        report = interpret_workflow(cluster, name, wf)
         display.show(report)
         if report.done:
             return report
@@ -498,7 +497,7 @@ def follow(cluster: Cluster, name: str, display: Display, sleep: float = 1.0,
                 if kind == "DELETED":
                     raise ClusterError(f"Workflow {name} was deleted while being watched")
                 wf = obj
-                report = _interpret(cluster, name, wf)
+                report = interpret_workflow(cluster, name, wf)
                 display.show(report)
                 if report.done:
                     return report
@@ -516,7 +515,7 @@ def watch(args: argparse.Namespace) -> int:
         cluster = connect(args.kubeconfig, args.context, args.namespace)
         report = follow(cluster, args.run, Display(sys.stdout, sys.stdout.isatty()))
     except ClusterError as exc:
-        return _fail(str(exc))
+        return print_failure(str(exc))
     if not sys.stdout.isatty():
         sys.stdout.write("\n" + run_status.render(report))
     return run_status.EXIT_CODES.get(report.phase, 2)

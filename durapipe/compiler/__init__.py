@@ -69,6 +69,10 @@ def _compile(pipeline: Any, options: CompileOptions | None) -> CompileResult:
                                  checkpoint_grace_seconds=options.checkpoint_grace_seconds)
     lowered = [argo_stage.lower_stage(ctx, stage) for stage in planned.stages]
     documents = argo_workflow.assemble(ctx, kind, lowered)
+    if pipeline.checkpoint_gc is not None and pipeline.storage:
+        from durapipe.compiler.checkpoint_gc import cron_workflow
+
+        documents.append(cron_workflow(ctx, pipeline.checkpoint_gc))
     diagnostics = sort_unique(ctx.diagnostics)
     if any(d.is_error for d in diagnostics):
         return CompileResult(diagnostics=diagnostics)

@@ -453,12 +453,18 @@ class Site:
     resume_from: str = ""
 
 
+def pipeline_lines_root(root: str, pipeline: str) -> str:
+    """The prefix under which every checkpoint line of ``pipeline`` lives (and its cache
+    entries, which the collector tells apart)."""
+    return f"{root.rstrip('/')}/{pipeline}"
+
+
 def checkpoint_line(root: str, pipeline: str, stage: str, scope: str, *, run: str,
                     inputs_key: str) -> str:
     """Where a stage's checkpoints live: by the stage's inputs (its cache key), by run or by
     pipeline, and stage; never by attempt, so retries, rungs and fallback types all resume
     from the same line, and with ``inputs`` so does a later run of the same inputs."""
-    base = f"{root.rstrip('/')}/{pipeline}"
+    base = pipeline_lines_root(root, pipeline)
     if scope == "inputs":
         return f"{base}/inputs/{stage}/{inputs_key}/checkpoints"
     if scope == "pipeline":

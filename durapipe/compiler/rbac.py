@@ -21,6 +21,10 @@ executor; sources under /work/shared/argo/v4.1.2/src):
   deletion; a cluster running the ``OwnerReferencesPermissionEnforcement`` admission plugin,
   not on by default, would also want ``update`` of ``workflows/finalizers``.)
 
+* The checkpoint collector (``checkpoint_gc``) lists the namespace's Workflows that have not
+  finished, to keep the lines they use (``durapipe/runtime/linegc.py``): ``workflows``
+  ``list`` in ``argoproj.io``, only when the pipeline has one.
+
 Memoization's cache ConfigMap is written by the workflow controller under its own account, so
 the pods need no ConfigMap rights.
 """
@@ -52,9 +56,10 @@ def rules(pipeline: Pipeline, creates_workflows: bool = False) -> list[Json]:
     if any(stage.distributed is not None for stage in pipeline.stages):
         out.append({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
                     "verbs": ["create", "get"]})
-    if creates_workflows:
-        out.append({"apiGroups": ["argoproj.io"], "resources": ["workflows"],
-                    "verbs": ["create", "get"]})
+    verbs = (["create", "get"] if creates_workflows else []) + \
+        (["list"] if pipeline.checkpoint_gc is not None else [])
+    if verbs:
+        out.append({"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": verbs})
     return out
 
 

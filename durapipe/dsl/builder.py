@@ -36,8 +36,8 @@ from durapipe.dsl.model import ConfigMapKey, Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, Source, SourceMap, Span
 
 __all__ = [
-    "Affinity", "Cache", "Checkpoint", "Cluster", "Distributed", "Gpu", "OnOom", "Pipeline",
-    "Resources", "Retry", "Volume", "config_map", "secret",
+    "Affinity", "Cache", "Checkpoint", "CheckpointGc", "Cluster", "Distributed", "Gpu", "OnOom",
+    "Pipeline", "Resources", "Retry", "Volume", "config_map", "secret",
 ]
 
 _INTERP_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
@@ -198,6 +198,13 @@ class Limits(_Section):
 class Cluster(_Section):
     block = "cluster"
     schema = td.PIPELINE_SCHEMA["cluster"].schema  # type: ignore[union-attr]
+
+
+class CheckpointGc(_Section):
+    """``checkpoint_gc { ... }`` of the pipeline."""
+
+    block = "checkpoint_gc"
+    schema = td.PIPELINE_SCHEMA["checkpoint_gc"].schema  # type: ignore[union-attr]
 
 
 _PARAM_TYPES: dict[object, str] = {str: "str", int: "int", float: "float", bool: "bool",

@@ -189,6 +189,12 @@ place, and every value of the field's type.  `$patch` directives and `null` (del
 A pipeline with a `schedule` compiles to a CronWorkflow.  Asking for a Workflow or a
 WorkflowTemplate (`kind = ...` or `--kind`) would drop the schedule, so it is an error: drop
 `kind`, or drop `schedule`."""),
+    Code("P0346", "`checkpoint_gc` has no image to run in", """
+The collector is a CronWorkflow whose one pod runs the durapipe runtime, which needs Python 3.10
+or later.  Without `image` in the block it runs in the image of the first stage that
+checkpoints; a pipeline with no such stage must name one.
+
+    checkpoint_gc { schedule = "0 3 * * *"  max_age = 14d  image = "python:3.12-slim" }"""),
     # -- compilation ----------------------------------------------------------------------
     Code("P0401", "construct cannot be lowered to the target Argo version", """
 The construct needs a feature that the chosen `--argo-version` lacks (for example

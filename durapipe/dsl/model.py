@@ -355,6 +355,20 @@ Profile = Literal["generic", "gke", "eks", "karpenter", "aks"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointGc:
+    """A CronWorkflow that collects the pipeline's checkpoint lines no run needs any more
+    (``durapipe checkpoints gc`` on a schedule; docs/runtime.md, "Collecting lines")."""
+
+    #: When the collector runs (a cron schedule, in the pipeline's ``timezone``).
+    schedule: str = "0 3 * * *"
+    #: Lines whose newest commit is older than this are removed (at least a minute).
+    max_age: Annotated[int, Convert(units.parse_seconds), Bounds(ge=60)] = 14 * 86400
+    #: The image the collector runs in (Python >= 3.10, like every stage's); without it, the
+    #: first checkpointing stage's.
+    image: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """How this cluster labels spot capacity and GPU types; presets come from ``profile``."""
 
@@ -400,6 +414,8 @@ class Pipeline:
     params: tuple[Param, ...] = ()
     #: Ceilings on the pipeline's worst case (``durapipe bound``).
     limits: Limits | None = None
+    #: A scheduled collection of the pipeline's old checkpoint lines.
+    checkpoint_gc: CheckpointGc | None = None
     stages: tuple[Stage, ...] = ()
 
     @property

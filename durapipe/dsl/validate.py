@@ -23,7 +23,7 @@ from durapipe.dsl.diagnostics import (
     warning,
 )
 from durapipe.dsl.tree_to_data import copy_containers
-from durapipe.dsl.model import Interp, Pipeline, Ref, Stage
+from durapipe.dsl.model import CheckpointGc, Interp, Pipeline, Ref, Stage
 from durapipe.dsl.source import KEY, SourceMap, Span, lookup
 
 STAGE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,48}[a-z0-9])?$")
@@ -555,6 +555,26 @@ class _Checker:
         if self.p.kind == "cron" and not self.p.schedules:
             self.add(error("P0316", "`kind = \"cron\"` needs a `schedule`", self.at("kind"),
                            "no schedule", help='add `schedule = "0 3 * * *"`'))
+        if self.p.checkpoint_gc is not None:
+            self.checkpoint_gc(self.p.checkpoint_gc)
+
+    def checkpoint_gc(self, gc: CheckpointGc) -> None:
+        problem = schedule.cron_problem(gc.schedule)
+        if problem:
+            self.add(error("P0316", f'invalid cron schedule "{gc.schedule}"',
+                           self.at("checkpoint_gc", "schedule"),
+                           "expected 5 fields" if problem.startswith("expected 5") else problem,
+                           help='e.g. "0 3 * * *" (03:00 daily)'))
+        if not self.p.storage:
+            self.add(error("P0317", "`checkpoint_gc` collects the pipeline's checkpoint lines, "
+                           "but the pipeline has no `storage`", self.at("checkpoint_gc"),
+                           "needs storage",
+                           help='set `storage = "s3://bucket/prefix"` in the pipeline block'))
+        if gc.image is None and not any(s.checkpoint is not None for s in self.p.stages):
+            self.add(error("P0346", "`checkpoint_gc` has no image to run in: no stage "
+                           "checkpoints", self.at("checkpoint_gc"), "no image",
+                           help='add `image = "python:3.12-slim"` (any image with Python '
+                                '3.10 or later) to the block'))
 
     def unused_params(self) -> None:
         used = {ref.path[1] for s in self.p.stages for ref in s.references() if ref.is_param}

@@ -137,7 +137,12 @@ class Pod:
 
 
 def pods_of(documents: list[dict[str, Any]]) -> list[Pod]:
-    """The first-attempt pod of each template, and the pod of each JobSet manifest."""
+    """The first-attempt pod of each template, and the pod of each JobSet manifest (of the
+    pipeline's own objects: the checkpoint collector's pod lists Workflows from the API
+    server, so it runs on the real node, tests/realnode/test_checkpoint_gc.py)."""
+    from durapipe.compiler.checkpoint_gc import is_collector
+
+    documents = [d for d in documents if not is_collector(d)]
     out: list[Pod] = []
     passed: dict[str, dict[str, str]] = {}
     for doc in documents:
