@@ -34,10 +34,25 @@ def _color(stream: object) -> bool:
 def cmd_check(args: argparse.Namespace) -> int:
     from durapipe.dsl import diagnostics as dg
 
+    files = _expanded(args.files, builders=True)
+    if files is None:
+        return 2
     everything: list[dg.Diagnostic] = []
-    for path in args.files:
+    for path in files:
         everything += _diagnose(path)[1]
-    return _report(everything, len(args.files), args.format, args.warnings)
+    return _report(everything, len(files), args.format, args.warnings)
+
+
+def _expanded(paths: list[str], *, builders: bool) -> list[str] | None:
+    """``paths`` with directories replaced by the pipelines under them; ``None`` (after
+    saying so) when a directory holds none."""
+    from durapipe.files import pipeline_sources
+
+    files, empty = pipeline_sources(paths, builders=builders)
+    for directory in empty:
+        print(f"durapipe: {directory} holds no pipeline (no .pipe file, and no .py that "
+              "imports durapipe.dsl)", file=sys.stderr)
+    return None if empty else files
 
 
 def _diagnose(path: str) -> tuple[LoadResult, list[Diagnostic]]:
@@ -90,8 +105,16 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     from durapipe.dsl.fmt import FormatterError, format_source
     from durapipe.dsl.load import read_source
 
+    files = _expanded(args.files, builders=False)
+    if files is None:
+        return 2
+    if "-" in files and len(files) > 1:
+        print("durapipe fmt: - (standard input) formats one source alone", file=sys.stderr)
+        return 2
     status = 0
-    for path in args.files:
+    for path in files:
+        if path == "-":
+            return _fmt_stdin(args.check)
         source, problems = read_source(path)
         if source is None:
             print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
@@ -121,10 +144,55 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     return status
 
 
+def _fmt_stdin(check: bool) -> int:
+    """``fmt -``: standard input formatted to standard output (what editors pipe through);
+    with ``--check``, nothing printed but the diff, exit 1 if it would change."""
+    import difflib
+
+    from durapipe.dsl import diagnostics as dg
+    from durapipe.dsl.fmt import FormatterError, format_source
+    from durapipe.dsl.source import MAX_SOURCE_BYTES
+
+    raw = sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1)
+    if len(raw) > MAX_SOURCE_BYTES:
+        print(f"durapipe fmt: standard input is over {MAX_SOURCE_BYTES:,} bytes (P0003)",
+              file=sys.stderr)
+        return 1
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        print(f"durapipe fmt: standard input is not UTF-8 text (invalid byte at offset "
+              f"{exc.start}) (P0002)", file=sys.stderr)
+        return 1
+    try:
+        formatted, problems = format_source(text, "<stdin>")
+    except FormatterError as exc:
+        print(f"durapipe fmt: standard input left unchanged: {exc}", file=sys.stderr)
+        sys.stdout.write(text)
+        return 2
+    if formatted is None:
+        print(dg.render(problems, "human", _color(sys.stderr)), file=sys.stderr)
+        return 1
+    if check:
+        if formatted == text:
+            return 0
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(True),
+                                                   formatted.splitlines(True),
+                                                   "<stdin> (current)", "<stdin> (formatted)"))
+        return 1
+    sys.stdout.write(formatted)
+    return 0
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from durapipe.dsl import codes
     from durapipe.dsl.diagnostics import did_you_mean
 
+    if args.code is None:  # every code, a line each: what `explain CODE` then tells
+        width = max(len(c) for c in codes.CODES)
+        for entry in codes.CODES.values():
+            print(f"{entry.code:<{width}}  {entry.title}")
+        return 0
     code = args.code.upper()
     if code not in codes.CODES:
         hint = did_you_mean(code, codes.CODES)
@@ -278,7 +346,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="check pipelines and report every diagnostic",
                            description="Check .pipe files (or builder .py modules); exit 1 on "
                                        "errors.")
-    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("files", nargs="+", metavar="FILE",
+                       help="a .pipe file, a builder .py, or a directory (its .pipe files and "
+                            "the .py files that import durapipe.dsl)")
     check.add_argument("--format", choices=("human", "short", "json"), default="human",
                        help="human (default), short (one line each) or json (for tools)")
     check.add_argument("--no-warnings", dest="warnings", action="store_false",
@@ -287,14 +357,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     fmt = sub.add_parser("fmt", help="rewrite .pipe files in the canonical layout",
                          description="Format .pipe files in place; comments are kept.")
-    fmt.add_argument("files", nargs="+", metavar="FILE")
+    fmt.add_argument("files", nargs="+", metavar="FILE",
+                     help="a .pipe file, a directory (its .pipe files), or - to format "
+                          "standard input to standard output")
     fmt.add_argument("--check", action="store_true",
                      help="change nothing; print a diff and exit 1 if a file is not formatted")
     fmt.set_defaults(func=cmd_fmt)
 
     explain = sub.add_parser("explain", help="explain a diagnostic code",
-                             description="Print the long explanation of a code such as P0101.")
-    explain.add_argument("code", metavar="CODE")
+                             description="Print the long explanation of a code such as P0101; "
+                                         "without CODE, list every code with its title.")
+    explain.add_argument("code", metavar="CODE", nargs="?")
     explain.set_defaults(func=cmd_explain)
 
     compile_ = sub.add_parser("compile", help="compile pipelines to Argo Workflows YAML",

@@ -66,3 +66,46 @@ def _umask() -> int:
     except (OSError, ValueError):
         pass
     return 0o022
+
+
+#: Folders a directory walk never enters (tools' caches, environments, VCS metadata).
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", ".git", ".venv", "venv", ".tox"})
+#: How much of a ``.py`` file is read to tell a builder module from stage code.
+_BUILDER_SNIFF_BYTES = 64 * 1024
+
+
+def is_builder_module(path: Path) -> bool:
+    """Whether a ``.py`` file is a pipeline (a builder module: it imports ``durapipe.dsl``),
+    not a stage's program that happens to sit beside one."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_BUILDER_SNIFF_BYTES)
+    except OSError:
+        return False
+    return b"durapipe.dsl" in head
+
+
+def pipeline_sources(paths: list[str], *, builders: bool = True) -> tuple[list[str], list[str]]:
+    """The inputs of ``check``, ``compile`` and ``fmt`` with each directory replaced by the
+    pipelines under it, sorted: its ``.pipe`` files and (``builders``) the ``.py`` files that
+    import ``durapipe.dsl``, so stage code beside them is not read as a broken pipeline.
+    Returns the paths and the directories that hold none."""
+    out: list[str] = []
+    empty: list[str] = []
+    for given in paths:
+        directory = Path(given)
+        if given == "-" or not directory.is_dir():
+            out.append(given)
+            continue
+        found = []
+        for root, dirs, files in os.walk(directory):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+            for name in sorted(files):
+                path = Path(root) / name
+                if name.endswith(".pipe") or (builders and name.endswith(".py")
+                                              and is_builder_module(path)):
+                    found.append(str(path))
+        if not found:
+            empty.append(given)
+        out.extend(sorted(found))
+    return out, empty

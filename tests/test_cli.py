@@ -145,3 +145,91 @@ def test_a_file_at_the_limit_is_read_and_an_endless_one_is_refused() -> None:
     assert "/dev/zero is larger than the limit of 4,194,304 bytes" in problems[0].message
     assert str(problems[0].span) == "/dev/zero:1:1"
     assert MAX_SOURCE_BYTES == 4 * 1024 * 1024  # docs/language.md and `explain P0003` say so
+
+
+# -- directories, standard input, the list of codes (issue #27) --------------------------------
+
+STAGE_CODE = "import torch  # a stage's program: not a pipeline\nraise SystemExit('not run')\n"
+BUILDER = '''from durapipe.dsl.builder import Pipeline
+
+p = Pipeline("from-builder")
+p.stage("a", image="busybox", command=["true"])
+pipeline = p
+'''
+
+
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "pipelines"
+    (repo / "team-a").mkdir(parents=True)
+    (repo / "team-a" / "train.pipe").write_text(
+        'pipeline "train" {}\nstage "a" { image = "busybox" command = ["true"] }\n')
+    (repo / "team-a" / "train_step.py").write_text(STAGE_CODE)
+    (repo / "builder.py").write_text(BUILDER)
+    (repo / "__pycache__").mkdir()
+    (repo / "__pycache__" / "stale.pipe").write_text("not a pipeline {")
+    return repo
+
+
+def test_check_and_compile_take_a_directory_and_leave_stage_code_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _repository(tmp_path)
+    assert main(["check", str(repo)]) == 0
+    err = capsys.readouterr().err
+    assert "2 files ok" in err and "P0004" not in err  # train.pipe and builder.py
+    out = tmp_path / "deploy"
+    assert main(["compile", str(repo), "-o", f"{out}/"]) == 0
+    assert sorted(p.name for p in out.glob("*.yaml")) == [
+        "durapipe-runtime.yaml", "from-builder.rbac.yaml", "from-builder.yaml",
+        "train.rbac.yaml", "train.yaml"]
+    (repo / "team-a" / "train.pipe").write_text('pipeline "train" {}\nstage "a" { image: "x" }\n')
+    assert main(["check", str(repo)]) == 1
+    assert "team-a/train.pipe:2:18" in capsys.readouterr().err
+
+
+def test_a_directory_without_pipelines_is_refused_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    (empty / "train_step.py").write_text(STAGE_CODE)
+    for command in (["check"], ["fmt"], ["compile"]):
+        assert main([*command, str(empty)]) == 2
+        assert f"{empty} holds no pipeline" in capsys.readouterr().err
+
+
+def test_fmt_formats_a_directory_s_pipe_files_and_standard_input() -> None:
+    messy = 'pipeline "p" {\nstorage="s3://x"}\nstage "a" {image="i" command=["x"]}\n'
+
+    def fmt(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "durapipe", "fmt", *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    done = fmt("-", stdin=messy)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith('pipeline "p" {\n  storage = "s3://x"\n}\n')
+    assert fmt("-", stdin=done.stdout).stdout == done.stdout  # a fixed point
+    check = fmt("--check", "-", stdin=messy)
+    assert check.returncode == 1 and check.stdout.startswith("--- <stdin> (current)")
+    assert fmt("--check", "-", stdin=done.stdout).returncode == 0
+    broken = fmt("-", stdin='pipeline "p" {\n')
+    assert broken.returncode == 1 and "error[P01" in broken.stderr and not broken.stdout
+    assert fmt("-", "other.pipe").returncode == 2
+
+
+def test_fmt_of_a_directory_rewrites_only_its_pipe_files(tmp_path: Path) -> None:
+    repo = _repository(tmp_path)
+    messy = 'pipeline "p" {\nstorage="s3://x"}\nstage "a" {image="i" command=["x"]}\n'
+    (repo / "team-a" / "messy.pipe").write_text(messy)
+    assert main(["fmt", "--check", str(repo)]) == 1
+    assert main(["fmt", str(repo)]) == 0
+    assert main(["fmt", "--check", str(repo)]) == 0
+    assert (repo / "team-a" / "train_step.py").read_text() == STAGE_CODE
+    assert (repo / "__pycache__" / "stale.pipe").read_text() == "not a pipeline {"
+
+
+def test_explain_without_a_code_lists_every_code(capsys: pytest.CaptureFixture[str]) -> None:
+    from durapipe.dsl import codes
+
+    assert main(["explain"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(codes.CODES)
+    assert all(line.endswith(codes.CODES[line.split()[0]].title) for line in lines)

@@ -510,6 +510,15 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from durapipe.files import pipeline_sources
+
+    files, empty = pipeline_sources(list(args.files))
+    for directory in empty:
+        print(f"durapipe: {directory} holds no pipeline (no .pipe file, and no .py that "
+              "imports durapipe.dsl)", file=sys.stderr)
+    if empty:
+        return 2
+    args = argparse.Namespace(**{**vars(args), "files": files})
     problem = _usage_error(args)
     if problem is not None:
         print(f"durapipe: {problem}", file=sys.stderr)
