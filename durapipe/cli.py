@@ -520,7 +520,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                      "Needs the `lsp` extra.")
     lsp.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (the default)")
     lsp.set_defaults(func=cmd_lsp)
+
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script (bash, zsh, fish)",
+        description="Print a completion script for every command and option: "
+                    "`source <(durapipe completion bash)` (or zsh) in the shell's rc file, "
+                    "`durapipe completion fish | source` for fish.")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from durapipe.completion import script
+
+    # Every command's options, so the parser of every command (not only this one's).
+    sys.stdout.write(script(args.shell, build_parser(None)))
+    return 0
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
