@@ -47,7 +47,9 @@ def add_submit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template", metavar="NAME",
                         help="start a run of the WorkflowTemplate NAME already on the cluster")
     parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
-                        help="set a pipeline parameter (repeatable)")
+                        help="set a pipeline parameter (repeatable; over --parameter-file)")
+    parser.add_argument("-f", "--parameter-file", metavar="FILE",
+                        help="parameters from a YAML or JSON mapping (name: value)")
     parser.add_argument("--resume-from", metavar="RUN",
                         help="restore each checkpointed stage from RUN's checkpoint line "
                              "while its own has no commit, even where the inputs changed "
@@ -76,6 +78,23 @@ def print_failure(message: str) -> int:
 
 
 # -- submit -----------------------------------------------------------------------------------
+
+
+def given_parameters(args: argparse.Namespace) -> dict[str, str] | str:
+    """``--parameter-file`` first, then each ``-p`` over it (as ``argo submit`` does)."""
+    from durapipe.dsl.arguments import read_parameter_file
+
+    given: dict[str, str] = {}
+    if getattr(args, "parameter_file", None):
+        from_file = read_parameter_file(args.parameter_file)
+        if isinstance(from_file, str):
+            return from_file
+        given.update(from_file)
+    from_line = parse_assignments(args.parameter)
+    if isinstance(from_line, str):
+        return from_line
+    given.update(from_line)
+    return given
 
 
 def declared_parameters(spec: Mapping[str, Any]) -> list[str]:
@@ -175,7 +194,7 @@ def load_documents(path: str, args: argparse.Namespace) -> list[dict[str, Any]] 
 
 
 def submit(args: argparse.Namespace) -> int:
-    given = parse_assignments(args.parameter)
+    given = given_parameters(args)
     if isinstance(given, str):
         print(f"durapipe submit: {given}", file=sys.stderr)
         return 2

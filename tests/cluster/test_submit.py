@@ -68,6 +68,44 @@ def test_submit_a_template_by_name_with_parameters(api: FakeApi, tmp_path: Path,
     assert body["metadata"]["generateName"] == "churn-model-"
 
 
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_parameter_file_gives_parameters_and_p_wins_over_it(
+        suffix: str, api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    api.routes[("GET", f"{BASE}/ml/workflowtemplates/churn-model")] = (200, TEMPLATE)
+    api.routes[("POST", f"{BASE}/ml/workflows")] = (201, created)
+    values = {"max_depth": 12, "snapshot": "2026-12-01"}
+    params = tmp_path / f"params{suffix}"
+    params.write_text(json.dumps(values) if suffix == ".json" else
+                      "max_depth: 12\nsnapshot: '2026-12-01'\n")
+    code, out, err = run(capsys, "submit", "--template", "churn-model", "-f", str(params),
+                         "-p", "snapshot=2026-12-02",
+                         "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    assert (code, err) == (0, ""), err
+    (_, _, body), = [r for r in api.requests if r[0] == "POST"]
+    assert body["spec"]["arguments"]["parameters"] == [
+        {"name": "max_depth", "value": "12"}, {"name": "snapshot", "value": "2026-12-02"}]
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("[1, 2]", "expected a mapping of parameter names to values, got a list"),
+    ("lr: {a: 1}", "`lr` is a dict; parameters are strings, numbers or booleans"),
+    ("lr: [", "is not valid YAML"),
+])
+def test_a_bad_parameter_file_is_a_usage_error_before_any_request(
+        text: str, said: str, api: FakeApi, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(text)
+    code, _, err = run(capsys, "submit", "--template", "churn-model", "-f", str(params),
+                       "--kubeconfig", str(api.kubeconfig(tmp_path, "ml")))
+    assert code == 2 and said in err and not api.requests
+    code, _, err = run(capsys, "submit", "--template", "churn-model", "-f",
+                       str(tmp_path / "missing.yaml"))
+    assert code == 2 and "No such file or directory" in err
+
+
 def test_resume_from_passes_the_earlier_runs_lines_by_stage(
         api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The line Argo named from the earlier run's inputs, into the new run's
