@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from durapipe.compiler.argo_pod import (
+    KUEUE_QUEUE_LABEL,
     ZIPAPP,
     fill_main_container,
     init_container,
@@ -31,6 +32,7 @@ from durapipe.compiler.argo_text import render_text
 from durapipe.compiler.context import CompileContext
 from durapipe.compiler.plan import StagePlan
 from durapipe.compiler.serialize import dump_document
+from durapipe.dsl.model import Stage
 from durapipe.runtime import contract
 
 Json = dict[str, Any]
@@ -147,6 +149,16 @@ def node_pod_spec(ctx: CompileContext, plan: StagePlan) -> Json:
     return pod_spec
 
 
+def jobset_labels(ctx: CompileContext, stage: Stage, meta: Json) -> Json:
+    """The JobSet's labels: its pods', and the Kueue queue, by which Kueue's JobSet
+    integration admits the whole JobSet as one workload (its pods carry none)."""
+    labels = dict(meta["labels"])
+    queue = ctx.pipeline.queue_of(stage)
+    if queue is not None:
+        labels[KUEUE_QUEUE_LABEL] = queue
+    return dict(sorted(labels.items()))
+
+
 def jobset_manifest(ctx: CompileContext, plan: StagePlan, meta: Json) -> Json:
     stage, dist = plan.stage, plan.stage.distributed
     assert dist is not None
@@ -176,7 +188,7 @@ def jobset_manifest(ctx: CompileContext, plan: StagePlan, meta: Json) -> Json:
         "kind": "JobSet",
         "metadata": {
             "generateName": f"{{{{workflow.name}}}}-{stage.name}-",
-            "labels": meta["labels"],
+            "labels": jobset_labels(ctx, stage, meta),
         },
         "spec": {
             "failurePolicy": failure_policy,
@@ -193,13 +205,13 @@ def jobset_manifest(ctx: CompileContext, plan: StagePlan, meta: Json) -> Json:
 def lower_jobset(ctx: CompileContext, plan: StagePlan) -> Json:
     """The resource template of a multi-node stage."""
     check_distributed(ctx, plan)
-    meta = stage_metadata(ctx, plan.stage)
-    manifest = jobset_manifest(ctx, plan, meta)
+    manifest = jobset_manifest(ctx, plan, stage_metadata(ctx, plan.stage, queued=False))
     template: Json = {
         "name": plan.task,
         "outputs": {"parameters": [{"name": "jobset-name", "valueFrom": {
             "jsonPath": "{.metadata.name}"}}]},
-        "metadata": meta,
+        # The executor's pod that creates the JobSet is a pod like any: on the queue too.
+        "metadata": stage_metadata(ctx, plan.stage),
     }
     m = memoize(ctx, plan, {})
     if m is not None:

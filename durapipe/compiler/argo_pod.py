@@ -524,8 +524,17 @@ def wrapped_command(ctx: CompileContext, plan: StagePlan) -> tuple[list[str], li
     return ["python3", ZIPAPP, "exec", "--", *command], args
 
 
-def stage_metadata(ctx: CompileContext, stage: Stage) -> Json:
+#: The label Kueue's pod and JobSet integrations admit an object by (its LocalQueue).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def stage_metadata(ctx: CompileContext, stage: Stage, *, queued: bool = True) -> Json:
+    """The labels and annotations of a stage's pods; ``queued``: with the stage's Kueue queue
+    (not on a JobSet's pods, which Kueue admits through the JobSet)."""
     labels = {LABEL_PIPELINE: ctx.pipeline.name, LABEL_STAGE: stage.name}
+    queue = ctx.pipeline.queue_of(stage)
+    if queued and queue is not None:
+        labels[KUEUE_QUEUE_LABEL] = queue
     labels.update(stage.labels)
     meta: Json = {"labels": dict(sorted(labels.items()))}
     if stage.annotations:

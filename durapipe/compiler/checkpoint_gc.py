@@ -19,7 +19,13 @@ import hashlib
 from typing import Any
 
 from durapipe.compiler import naming, runtime_delivery
-from durapipe.compiler.argo_pod import LABEL_PIPELINE, MANAGED_BY, ZIPAPP, store_env_from
+from durapipe.compiler.argo_pod import (
+    KUEUE_QUEUE_LABEL,
+    LABEL_PIPELINE,
+    MANAGED_BY,
+    ZIPAPP,
+    store_env_from,
+)
 from durapipe.compiler.context import CompileContext
 from durapipe.compiler.options import RUNTIME_IMAGE_ZIPAPP
 from durapipe.compiler.plan import kubelet_literal, pipeline_lines_root
@@ -76,9 +82,13 @@ def command(ctx: CompileContext, gc: CheckpointGc) -> list[str]:
             "--max-age", f"{gc.max_age}s", "--apply", "--protect-unfinished-runs"]
 
 
-def labels(ctx: CompileContext) -> Json:
-    return dict(sorted({**MANAGED_BY, LABEL_PIPELINE: ctx.pipeline.name, LABEL_ROLE: ROLE,
-                        **ctx.pipeline.labels}.items()))
+def labels(ctx: CompileContext, *, pod: bool = False) -> Json:
+    """The collector's labels; on its pod, the pipeline's Kueue queue too (a cluster where
+    Kueue manages every pod would never start one without)."""
+    out = {**MANAGED_BY, LABEL_PIPELINE: ctx.pipeline.name, LABEL_ROLE: ROLE}
+    if pod and ctx.pipeline.queue is not None:
+        out[KUEUE_QUEUE_LABEL] = ctx.pipeline.queue
+    return dict(sorted({**out, **ctx.pipeline.labels}.items()))
 
 
 def container(ctx: CompileContext, gc: CheckpointGc) -> Json:
@@ -97,7 +107,7 @@ def workflow_spec(ctx: CompileContext, gc: CheckpointGc) -> Json:
     pipeline = ctx.pipeline
     template: Json = {
         "name": TEMPLATE,
-        "metadata": {"labels": labels(ctx)},
+        "metadata": {"labels": labels(ctx, pod=True)},
         # A store that failed for a moment; the pass is idempotent, so a retry only redoes it.
         "retryStrategy": {"limit": RETRIES, "retryPolicy": "Always",
                           "backoff": {"duration": "1m", "factor": 2}},

@@ -295,6 +295,11 @@ A param is declared but no stage refers to it."""),
     Code("W0002", "cache on a stage with no declared outputs", """
 A cached stage with no outputs can only skip work; nothing downstream can depend on what it
 produced.  This is allowed, but usually a mistake."""),
+    Code("W0004", "a GPU stage without a Kueue queue", """
+Some stages of the pipeline name a Kueue LocalQueue (`queue = "..."`) and this GPU stage names
+none, so its pods bypass the quota the others are admitted under; on a cluster where Kueue
+manages every pod (`manageJobsWithoutQueueName`) they would never start.  Name a queue on the
+stage, or one on the pipeline block, which every stage without its own inherits."""),
     Code("W0003", "a credential written into the pipeline", """
 An `env` value or the `storage` URI looks like a credential: an AWS access key id (`AKIA...`,
 `ASIA...`), a 40-character secret key under a name with SECRET, PASSWORD or TOKEN in it,

@@ -281,6 +281,8 @@ class KubeChecks:
         p = self.p
         if p.namespace is not None:
             bad(("namespace",), "namespace", p.namespace, dns_label_problem)
+        if p.queue is not None:
+            bad(("queue",), "queue", p.queue, dns_label_problem)
         for name in ("storage_secret", "service_account"):
             value = getattr(p, name, None)
             if isinstance(value, str):
@@ -337,6 +339,9 @@ class KubeChecks:
             self.k8s_name("service account", stage.service_account, (*base, "service_account"))
         if stage.priority_class is not None:
             self.k8s_name("priority class", stage.priority_class, (*base, "priority_class"))
+        if stage.queue is not None:
+            # A LocalQueue's name, carried as a label value: a DNS-1123 label fits both.
+            self.k8s_name("queue", stage.queue, (*base, "queue"), label=True)
         self.node_labels("node selector", stage.node_selector, (*base, "node_selector"))
         if stage.affinity is not None:
             for part in ("required", "preferred"):

@@ -321,6 +321,9 @@ class Stage:
     affinity: Affinity | None = None
     #: PriorityClass of the stage's pods.
     priority_class: str | None = None
+    #: Kueue LocalQueue the stage's pods (a multi-node stage: its JobSet) are admitted through;
+    #: without it, the pipeline's ``queue``.
+    queue: str | None = None
     #: A strategic-merge patch of the pod spec, as JSON, checked against the Pod schema.
     pod_patch: str | None = None
 
@@ -397,6 +400,8 @@ class Pipeline:
     storage_secret: str | None = None
     #: Service account every pod of the workflow runs as.
     service_account: str | None = None
+    #: Kueue LocalQueue of every stage that names none (``kueue.x-k8s.io/queue-name``).
+    queue: str | None = None
     #: Secrets with registry credentials for pulling the stages' images.
     image_pull_secrets: tuple[str, ...] = ()
     #: Cron schedules (`schedule = "0 3 * * *"` or a list); with `kind = "cron"` a CronWorkflow.
@@ -424,6 +429,10 @@ class Pipeline:
         if self.kind is not None:
             return self.kind
         return "cron" if self.schedules else "workflow"
+
+    def queue_of(self, stage: Stage) -> str | None:
+        """The Kueue LocalQueue ``stage``'s pods go through (its own, else the pipeline's)."""
+        return stage.queue if stage.queue is not None else self.queue
 
     def stage(self, name: str) -> Stage:
         """The stage called ``name`` (``KeyError`` if none), by index: the compiler looks up

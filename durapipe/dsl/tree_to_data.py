@@ -117,7 +117,7 @@ STAGE_SCHEMA: dict[str, Kind] = {
     "distributed": BlockSchema({"replicas": Attr(), "procs_per_node": Attr(), "launcher": Attr(),
                         "max_restarts": Attr(), "restart_on_maintenance": Attr()}),
     "labels": Map(), "annotations": Map(),
-    "service_account": Attr(), "priority_class": Attr(), "node_selector": Map(),
+    "service_account": Attr(), "priority_class": Attr(), "queue": Attr(), "node_selector": Map(),
     "tolerations": Attr(_schedules),
     "affinity": BlockSchema({"required": Map(), "preferred": Map()}),
     "volumes": Blocks({"claim": Attr(), "secret": Attr(), "config_map": Attr(), "path": Attr(),
@@ -128,7 +128,7 @@ STAGE_SCHEMA: dict[str, Kind] = {
 #: Per-stage graph structure cannot come from ``defaults``.
 NOT_IN_DEFAULTS = ("needs", "inputs", "outputs")
 PIPELINE_SCHEMA: dict[str, Kind] = {
-    "namespace": Attr(), "storage": Attr(), "storage_secret": Attr(),
+    "namespace": Attr(), "storage": Attr(), "storage_secret": Attr(), "queue": Attr(),
     "service_account": Attr(), "schedule": Attr(_schedules, target=("schedules",)),
     "image_pull_secrets": Attr(_schedules),
     "timezone": Attr(), "kind": Attr(), "labels": Map(), "annotations": Map(),

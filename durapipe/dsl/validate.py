@@ -557,6 +557,20 @@ class _Checker:
                            "no schedule", help='add `schedule = "0 3 * * *"`'))
         if self.p.checkpoint_gc is not None:
             self.checkpoint_gc(self.p.checkpoint_gc)
+        self.unqueued_gpu_stages()
+
+    def unqueued_gpu_stages(self) -> None:
+        """W0004: on a pipeline whose stages name Kueue queues, a GPU stage that names none
+        (its pods would bypass the quota, or wait forever where Kueue manages every pod)."""
+        if self.p.queue is not None or not any(s.queue is not None for s in self.p.stages):
+            return
+        for i, stage in enumerate(self.p.stages):
+            if stage.queue is None and stage.resources.gpu is not None:
+                self.add(warning("W0004", f"GPU stage `{stage.name}` has no `queue`, while "
+                                 "other stages of the pipeline go through Kueue queues",
+                                 self.at("stages", i, "name"), "no queue",
+                                 help='add `queue = "..."` to the stage, or one `queue` to the '
+                                      "pipeline block for every stage"))
 
     def checkpoint_gc(self, gc: CheckpointGc) -> None:
         problem = schedule.cron_problem(gc.schedule)
