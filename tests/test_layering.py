@@ -218,6 +218,8 @@ LAYERS = {
     "files": set(),
     # How to install an optional extra: the words of the "missing extra" messages.
     "extras": set(),
+    # Shell completion scripts, made from the CLI's parser, which the CLI hands it.
+    "completion": set(),
 }
 
 
