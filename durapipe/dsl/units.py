@@ -19,6 +19,11 @@ _QUANTITY_RE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[A-Za-z]*)$")
 _DURATION_PART_RE = re.compile(r"(\d+)([smhd])")
 
 MEMORY_UNITS = tuple(_BINARY) + tuple(_DECIMAL)
+#: How memory units are often misspelt, and the Kubernetes unit meant: ``gb`` and ``GB`` as
+#: ``Gi``, as memory is sized in binary units (``16GB`` of RAM is 16 GiB).
+_MEMORY_SPELLINGS = {**{f"{u[0].lower()}ib": u for u in _BINARY},
+                     **{f"{u[0].lower()}b": u for u in _BINARY},
+                     **{u[0].lower(): u for u in _BINARY if u[0] not in "mk"}}
 DURATION_UNITS = tuple(_DURATION)
 
 
@@ -72,8 +77,10 @@ def _bytes(value: object) -> int:
     elif unit in _DECIMAL:
         factor = _DECIMAL[unit]
     else:
+        near = _MEMORY_SPELLINGS.get(unit.lower())
         raise UnitError(
-            f"unknown memory unit {unit!r}; use one of {', '.join(MEMORY_UNITS)}"
+            f"unknown memory unit {unit!r}; use one of {', '.join(MEMORY_UNITS)}",
+            help=f"did you mean `{match['num']}{near}`?" if near else None,
         )
     number: str = match["num"]
     if "." in number:

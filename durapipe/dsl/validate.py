@@ -274,12 +274,13 @@ class _Checker:
     def names(self) -> None:
         if not STAGE_NAME_RE.match(self.p.name):
             self.add(error("P0305", f'pipeline name "{self.p.name}" is not a valid name',
-                           self.at("name"), "invalid name", help=_name_hint(self.p.name)))
+                           self.at("name"), "invalid name", help=_name_hint(self.p.name),
+                           suggestion=_valid_name(self.p.name)))
         for i, stage in enumerate(self.p.stages):
             if not STAGE_NAME_RE.match(stage.name):
                 self.add(error("P0305", f'stage name "{stage.name}" is not a valid name',
                                self.at("stages", i, "name"), "invalid name",
-                               help=_name_hint(stage.name)))
+                               help=_name_hint(stage.name), suggestion=_valid_name(stage.name)))
             for out in stage.outputs:
                 if not IDENT_RE.match(out):
                     self.add(error("P0305", f"output name `{out}` is not an identifier",
@@ -617,9 +618,14 @@ def _labels(span: Span | None, message: str) -> tuple[Label, ...]:
     return (Label(span, message),) if span is not None else ()
 
 
+def _valid_name(name: str) -> str:
+    """The nearest valid pipeline or stage name (what the quick fix writes)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "my-stage"
+
+
 def _name_hint(name: str) -> str:
-    fixed = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50] or "my-stage"
-    return f"use lower-case letters, digits and `-`, at most 50 characters: \"{fixed}\""
+    return (f"use lower-case letters, digits and `-`, at most 50 characters: "
+            f"\"{_valid_name(name)}\"")
 
 
 def check(pipeline: Pipeline, source_map: SourceMap, fallback: Span | None,

@@ -67,6 +67,15 @@ def fixes(diag: Diagnostic, text: str) -> list[Fix]:
     elif diag.code == "P0103" and len(diag.labels) > 1:
         at = diag.labels[1].span.start
         found.append(Fix("Insert the missing `}`", (Edit(at, at, _closing_brace(text, at)),)))
+    elif diag.suggestion and diag.suggestion != here.strip('"'):
+        # The diagnostic names the value that fits (a time zone, a valid name): it replaces
+        # the written one, inside its quotes when it is a string.
+        if len(here) >= 2 and here[0] == here[-1] == '"':
+            found.append(Fix(f'Change to "{diag.suggestion}"',
+                             (Edit(start + 1, end - 1, diag.suggestion),)))
+        else:
+            found.append(Fix(f"Change to `{diag.suggestion}`",
+                             (Edit(start, end, diag.suggestion),)))
     return found
 
 

@@ -89,3 +89,33 @@ def test_positions_count_utf16_code_units() -> None:
     assert positions.offset(t.Position(line=9, character=0)) == len(text)
     utf32 = Positions(text, t.PositionEncodingKind.Utf32)
     assert utf32.position(x) == t.Position(line=0, character=7)
+
+
+@pytest.mark.parametrize(("source", "code", "fixed"), [
+    ('pipeline "p" { timezone = "Europe/Berln" }\n', "P0320",
+     'pipeline "p" { timezone = "Europe/Berlin" }\n'),
+    ('pipeline "My_Pipe" {}\n', "P0305", 'pipeline "my-pipe" {}\n'),
+    ('pipeline "p" {}\nstage "Train Step" { image = "i" command = ["x"] }\n', "P0305",
+     'pipeline "p" {}\nstage "train-step" { image = "i" command = ["x"] }\n'),
+    ('pipeline "p" {}\nstage "a" { image = "i" command = ["x"] resources { memory = 16GB } }\n',
+     "P0205",
+     'pipeline "p" {}\nstage "a" { image = "i" command = ["x"] resources { memory = 16Gi } }\n'),
+])
+def test_a_diagnostic_that_names_the_fitting_value_has_a_fix_that_writes_it(
+        source: str, code: str, fixed: str) -> None:
+    """#27: the time zone, the name and the unit a diagnostic suggests, as quick fixes."""
+    (diag,) = [d for d in loads(source, "x.pipe").diagnostics if d.code == code]
+    (fix,) = fx.fixes(diag, source)
+    assert _apply(source, fix) == fixed
+    assert code not in {d.code for d in loads(fixed, "x.pipe").diagnostics}
+
+
+def test_every_diagnostic_of_the_cases_that_carries_a_suggestion_has_a_fix() -> None:
+    missing = []
+    for path in CASES:
+        text = path.read_text(encoding="utf-8")
+        for diag in loads(text, str(path)).diagnostics:
+            if (diag.suggestion or "did you mean `" in (diag.help or "")) and not fx.fixes(
+                    diag, text):
+                missing.append((path.name, diag.code, diag.message))
+    assert not missing
