@@ -315,9 +315,28 @@ def _describe_symbol(analysis: Analysis, symbol: SymbolId) -> str:
             text += "\n\n" + "; ".join(facts)
         return text
     if symbol[0] == "output":
-        return f"output `{symbol[2]}` of stage `{symbol[1]}`, declared on line {line}"
+        text = f"output `{symbol[2]}` of stage `{symbol[1]}`, declared on line {line}"
+        stage_ = analysis.pipeline.stage_names.get(symbol[1]) if analysis.pipeline else None
+        written = stage_.outputs.get(symbol[2]) if stage_ is not None else None
+        if written is not None:
+            text += (f"\n\nwritten by the stage at `{written}`; its content hash is part of "
+                     "the cache key of every stage that reads it")
+        return text
     decl_text = analysis.source.line_text(line).strip()
     return f"param `{symbol[1]}`, declared on line {line}: `{decl_text}`"
+
+
+def _whole_reference(hit: Hit | None) -> SymbolId | None:
+    """The output or param a reference value at ``hit`` names (``prep.outputs.data``,
+    ``params.lr``)."""
+    if hit is None or hit.kind != "value" or not isinstance(hit.node, st.RefValue):
+        return None
+    path = hit.node.path
+    if len(path) == 2 and path[0] == "params":
+        return ("param", path[1])
+    if len(path) == 3 and path[1] == "outputs":
+        return ("output", path[0], path[2])
+    return None
 
 
 def hover(analysis: Analysis, offset: int) -> tuple[str, Span | None] | None:
@@ -326,9 +345,14 @@ def hover(analysis: Analysis, offset: int) -> tuple[str, Span | None] | None:
     span: Span | None = None
     occ = analysis.occurrence_at(offset)
     hit = hit_at(analysis, offset)
+    whole = _whole_reference(hit)
     if occ is not None and not occ.definition:
         parts.append(_describe_symbol(analysis, occ.symbol))
         span = Span(analysis.source, occ.start, occ.end)
+    elif whole is not None and hit is not None:
+        # The `outputs` or `params` word of a reference: what the whole reference names.
+        parts.append(_describe_symbol(analysis, whole))
+        span = hit.node.span if isinstance(hit.node, st.RefValue) else hit.span
     elif hit is not None:
         span = hit.span
         if hit.kind == "key":

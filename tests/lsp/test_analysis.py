@@ -119,3 +119,19 @@ def test_every_diagnostic_of_the_cases_that_carries_a_suggestion_has_a_fix() -> 
                     diag, text):
                 missing.append((path.name, diag.code, diag.message))
     assert not missing
+
+
+def test_hover_on_any_word_of_an_output_reference_describes_the_output() -> None:
+    """#27: `prep.outputs.data`: the stage on its name, the output on `outputs` and `data`."""
+    text = (EXAMPLES[0].parent / "prep_train_eval.pipe").read_text()
+    analysis = an.analyse(text, "prep_train_eval.pipe")
+    at = text.index("prep.outputs.data")
+    on_stage = an.hover(analysis, at + 1)
+    assert on_stage is not None and on_stage[0].startswith("stage `prep`")
+    for offset in (at + len("prep.o"), at + len("prep.outputs.d")):
+        found = an.hover(analysis, offset)
+        assert found is not None, offset
+        markdown, span = found
+        assert markdown.startswith("output `data` of stage `prep`")
+        assert "written by the stage at `/out/data`" in markdown
+        assert span is not None and at <= span.start and span.end <= at + len("prep.outputs.data")
