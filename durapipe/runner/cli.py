@@ -15,6 +15,17 @@ if TYPE_CHECKING:
     from durapipe.runner.records import RunRecord
 
 
+
+class _Drill(argparse.Action):
+    """``--preempt``/``--kill``: appends ``(kind, STAGE@SECONDS)`` to one shared list, so the
+    drills keep the order they were given in."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        drills = list(getattr(namespace, self.dest, None) or [])
+        drills.append((str(option_string).lstrip("-"), str(values)))
+        setattr(namespace, self.dest, drills)
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a .pipe file or builder .py module")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
@@ -24,10 +35,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", default=None, metavar="URI",
                         help="checkpoint and cache store (default .durapipe/store)")
     parser.add_argument("--home", default=".durapipe", help="run records and logs")
-    parser.add_argument("--preempt", action="append", default=[], metavar="STAGE@SECONDS",
+    # One list in command-line order: the n-th drill naming a stage is its n-th attempt's.
+    parser.add_argument("--preempt", action=_Drill, dest="drills", default=[],
+                        metavar="STAGE@SECONDS",
                         help="preempt STAGE (SIGTERM, SIGKILL after the grace period) SECONDS "
-                             "after its next attempt first prints; repeat for later attempts")
-    parser.add_argument("--kill", action="append", default=[], metavar="STAGE@SECONDS",
+                             "after its next attempt first prints; repeat for later attempts "
+                             "(with --kill, in the order given)")
+    parser.add_argument("--kill", action=_Drill, dest="drills", default=[],
+                        metavar="STAGE@SECONDS",
                         help="SIGKILL STAGE SECONDS after its next attempt first prints")
     parser.add_argument("--chaos", type=int, default=None, metavar="SEED",
                         help="inject random preemptions and kills, reproducibly from SEED")
@@ -80,8 +95,7 @@ def _options(args: argparse.Namespace, stage_names: set[str]) -> RunOptions | st
     if isinstance(params, str):
         return params
     try:
-        faults = [Fault.parse("preempt", f) for f in args.preempt] + \
-                 [Fault.parse("kill", f) for f in args.kill]
+        faults = [Fault.parse(kind, text) for kind, text in args.drills]
     except ValueError as exc:
         return str(exc)
     for fault in faults:

@@ -222,3 +222,32 @@ def test_the_cache_key_of_a_param_default_is_the_compiled_workflows(tmp_path: Pa
     assert held == {"name": "x", "value": "pre$$(X)"}
     static = cache_static(pipeline.stages[0])
     assert record.stages["a"].cache_key == memo.runtime_key(static, {"x": held["value"]}, {})
+
+
+def test_drills_apply_in_command_line_order(tmp_path: Path) -> None:
+    """#27: `--kill a@0.2 --preempt a@0.2` kills the first attempt and preempts the second
+    (they were applied preempts first, then kills, whatever the command line said)."""
+    import argparse
+
+    from durapipe.runner import cli as runner_cli
+
+    parser = argparse.ArgumentParser()
+    runner_cli.add_run_arguments(parser)
+    args = parser.parse_args(["p.pipe", "--kill", "a@0.2", "--preempt", "a@0.2",
+                              "--kill", "a@0.4"])
+    options = runner_cli._options(args, {"a"})
+    assert not isinstance(options, str)
+    assert [(f.kind, f.seconds) for f in options.faults] == [
+        ("kill", 0.2), ("preempt", 0.2), ("kill", 0.4)]
+    assert parser.parse_args(["p.pipe"]).drills == []  # the default is never shared
+    record = _run(tmp_path, f"""
+        pipeline "p" {{}}
+        stage "a" {{
+          image = "x"
+          command = ["{PY}", "-c", "import time; print('go', flush=True); time.sleep(1.5)"]
+          retry {{ preemptions = 3 }}
+        }}
+    """, faults=options.faults)
+    assert [a.fault for a in record.stages["a"].attempts] == [
+        "kill@0.2s", "preempt@0.2s", "kill@0.4s", ""]
+    assert record.status == "succeeded"
