@@ -242,9 +242,29 @@ def _values(ctx: CursorContext, analysis: Analysis | None) -> list[Item]:
         if ctx.path[-1:] == ("gpu",) and ctx.attribute == "types":
             return _gpu_types(analysis, quote)
         if ctx.attribute == "needs":
+            downstream = _downstream(analysis, ctx.stage)
             return [Item(s, "stage") for s in (analysis.stage_names() if analysis else [])
-                    if s != ctx.stage]
+                    if s != ctx.stage and s not in downstream]
     return _references(ctx.prefix, analysis)
+
+
+def _downstream(analysis: Analysis | None, stage: str | None) -> set[str]:
+    """The stages that depend on ``stage``, directly or not: naming one in its ``needs``
+    would make a cycle (P0302).  Empty where the file does not build a model."""
+    if analysis is None or analysis.pipeline is None or stage is None:
+        return set()
+    dependents: dict[str, set[str]] = {}
+    for other in analysis.pipeline.stages:
+        for upstream in other.upstream():
+            dependents.setdefault(upstream, set()).add(other.name)
+    found: set[str] = set()
+    todo = [stage]
+    while todo:
+        for nxt in dependents.get(todo.pop(), set()):
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return found
 
 
 def _gpu_types(analysis: Analysis | None, quote: str) -> list[Item]:

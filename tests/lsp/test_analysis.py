@@ -135,3 +135,19 @@ def test_hover_on_any_word_of_an_output_reference_describes_the_output() -> None
         assert markdown.startswith("output `data` of stage `prep`")
         assert "written by the stage at `/out/data`" in markdown
         assert span is not None and at <= span.start and span.end <= at + len("prep.outputs.data")
+
+
+def test_needs_completion_never_offers_a_stage_that_would_make_a_cycle() -> None:
+    """#27: in `prep`'s `needs`, the stages downstream of it (train, eval) would be a cycle."""
+    text = (EXAMPLES[0].parent / "prep_train_eval.pipe").read_text()
+    at = text.index('stage "prep" {') + len('stage "prep" {')
+    text = text[:at] + "\n  needs = []" + text[at:]
+    analysis = an.analyse(text, "prep_train_eval.pipe")
+    assert analysis.pipeline is not None
+    cursor = text.index("needs = []") + len("needs = [")
+    assert [i.label for i in cp.complete(text, cursor, analysis)] == []
+    at = text.index('stage "eval" {') + len('stage "eval" {')
+    text = text[:at] + "\n  needs = []" + text[at:]
+    analysis = an.analyse(text, "prep_train_eval.pipe")
+    cursor = text.index("needs = []", at) + len("needs = [")
+    assert [i.label for i in cp.complete(text, cursor, analysis)] == ["prep", "train"]
