@@ -66,7 +66,8 @@ def cluster_state(real: Real, workflow: str) -> str:
 
 
 def line_keys(real: Real) -> list[str]:
-    listed = real.s3.client().list_objects_v2(Bucket=BUCKET, Prefix="durapipe/")
+    """The keys of this pipeline's objects (other cases' lines share the bucket)."""
+    listed = real.s3.client().list_objects_v2(Bucket=BUCKET, Prefix="durapipe/pretrain-7b/")
     return sorted(o["Key"] for o in listed.get("Contents", []))
 
 
