@@ -87,8 +87,11 @@ class Analysis:
 
 
 #: Files larger than this are parsed piece by piece (``incremental``), re-parsing only the
-#: top-level blocks that changed; smaller ones parse whole in a few milliseconds.
-PIECEWISE_CHARS = 50_000
+#: top-level blocks that changed; smaller ones (the examples, up to about 40 stages) parse
+#: whole in well under the 150 ms budget.  At 50,000 characters a 200-stage file (40 kB) was
+#: parsed whole on every edit: 255 ms after an edit, against 105 ms piece by piece
+#: (``benchmarks/lsp_bench.py``, docs/performance.md).
+PIECEWISE_CHARS = 8_000
 
 
 def analyse(text: str, path: str, previous: Analysis | None = None,
