@@ -67,6 +67,39 @@ def _parse(key: str) -> tuple[Claim, str] | None:
     return None
 
 
+def claim_record(store: Store, claim: Claim) -> dict[str, object] | None:
+    """What ``claim`` records (its run, host, pod); ``None`` when it is gone, ``{}`` for one
+    this runtime did not write."""
+    try:
+        record = json.loads(retrying(partial(store.get_bytes, claim_key(*claim))))
+    except NotFound:
+        return None
+    except ValueError:  # not a claim this runtime wrote: nobody to wait for
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def claim_runs(store: Store) -> list[str]:
+    """The runs whose claims the line holds, oldest claim first (another run's claim stays
+    after its attempt: the record that the run used the line)."""
+    keys = retrying(lambda: store.list(WRITER_DIR))
+    runs = []
+    for claim in sorted(c for c in map(_claim_of, keys) if c is not None):
+        run = (claim_record(store, claim) or {}).get("run")
+        if isinstance(run, str) and run:
+            runs.append(run)
+    return runs
+
+
+def _run_quietly(store: Store, claim: Claim) -> str:
+    """The run ``claim`` records, ``""`` when it records none or cannot be read."""
+    try:
+        run = (claim_record(store, claim) or {}).get("run")
+    except (StoreError, OSError):
+        return ""
+    return run if isinstance(run, str) else ""
+
+
 def _claim_of(key: str) -> Claim | None:
     parsed = _parse(key)
     return parsed[0] if parsed is not None and parsed[1] == CLAIM_SUFFIX else None
@@ -209,8 +242,8 @@ class LineClaim:
             if parsed is None or parsed[0] >= mine:
                 continue
             if parsed[1] == CLAIM_SUFFIX:
-                holder = self._holder_quietly(store, parsed[0])
-                if holder is not None and holder.run and holder.run != self.run_id:
+                run = _run_quietly(store, parsed[0])
+                if run and run != self.run_id:
                     continue
             self._delete_quietly(key)
 
@@ -276,14 +309,9 @@ class LineClaim:
     def _holder(self, store: Store, claim: Claim) -> Holder | None:
         """The writer of ``claim`` as the store describes it; ``None`` when the claim is gone
         (a newer writer removed it: list again)."""
-        try:
-            record = json.loads(retrying(partial(store.get_bytes, claim_key(*claim))))
-        except NotFound:
+        record = claim_record(store, claim)
+        if record is None:
             return None
-        except ValueError:  # not a claim this runtime wrote: nobody to wait for
-            record = {}
-        if not isinstance(record, dict):
-            record = {}
         run = record.get("run")
         try:
             beat: bytes | None = retrying(partial(store.get_bytes, beat_key(*claim)))

@@ -28,10 +28,10 @@ from functools import partial
 from typing import Any
 
 from durapipe.runtime import contract
-from durapipe.runtime.claim import CLAIM_SUFFIX, WRITER_DIR, LineClaim, beat_key, claim_key
+from durapipe.runtime.claim import WRITER_DIR, LineClaim, beat_key, claim_key, claim_runs
 from durapipe.runtime.errors import CheckpointError
 from durapipe.runtime.manifest import BLOB_DIR, MANIFEST_DIR
-from durapipe.runtime.store import NotFound, Store, StoreError, open_store, retrying
+from durapipe.runtime.store import Store, StoreError, open_store, retrying
 
 #: A line's parts, by the key under the store root: every line the compiler names ends in
 #: ``/checkpoints`` (``plan.checkpoint_line``), which keeps the cache's entries (and anything
@@ -186,7 +186,7 @@ class _LineStore:
 
     def __init__(self, store: Store, prefix: str) -> None:
         self._store, self._prefix = store, prefix
-        self.uri = f"{getattr(store, 'uri', '')}/{prefix}".rstrip("/")
+        self.uri = f"{getattr(store, 'uri', '').rstrip('/')}/{prefix}".rstrip("/")
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._store, name)
@@ -196,24 +196,6 @@ class _LineStore:
         if name == "list":
             return lambda prefix: [key[len(self._prefix):] for key in method(self._prefix + prefix)]
         return method
-
-
-def claimed_by(store: Store, prefix: str) -> list[str]:
-    """The runs whose claims a line holds (a released claim stays: the run used it)."""
-    runs = []
-    for key in retrying(partial(store.list, prefix + WRITER_DIR + "/")):
-        if key.endswith(CLAIM_SUFFIX):
-            try:
-                record = json.loads(retrying(partial(store.get_bytes, key)))
-            except (NotFound, ValueError):
-                continue  # withdrawn meanwhile, or not a claim durapipe wrote
-            if isinstance(record, dict) and record.get("run"):
-                runs.append(str(record["run"]))
-    return runs
-
-
-def line_uri(store: Store, prefix: str) -> str:
-    return f"{getattr(store, 'uri', '').rstrip('/')}/{prefix}".rstrip("/")
 
 
 def collect(store: Store, *, max_age: float, apply: bool, lease_seconds: float | None = None,
@@ -229,12 +211,12 @@ def collect(store: Store, *, max_age: float, apply: bool, lease_seconds: float |
             outcomes.append(Outcome(line, f"kept: its newest commit is {format_age(line.age_seconds)}"
                                           " old"))
             continue
-        kept = protection.why_kept(line_uri(store, line.prefix), claimed_by(store, line.prefix)) \
-            if protection is not None else None
+        view: Any = _LineStore(store, line.prefix)
+        kept = protection.why_kept(view.uri, claim_runs(view)) if protection is not None \
+            else None
         if kept is not None:
             outcomes.append(Outcome(line, kept))
             continue
-        view: Any = _LineStore(store, line.prefix)
         claim = LineClaim(view, run_id=f"durapipe-gc-{os.urandom(4).hex()}",
                           lease_seconds=lease_seconds, env={})
         try:
