@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from durapipe import __version__
-from durapipe.files import write_atomic
+from durapipe.files import expand_pipeline_inputs, write_atomic
 
 if TYPE_CHECKING:
     from durapipe.dsl.diagnostics import Diagnostic
@@ -34,25 +34,13 @@ def _color(stream: object) -> bool:
 def cmd_check(args: argparse.Namespace) -> int:
     from durapipe.dsl import diagnostics as dg
 
-    files = _expanded(args.files, builders=True)
+    files = expand_pipeline_inputs(args.files, builders=True)
     if files is None:
         return 2
     everything: list[dg.Diagnostic] = []
     for path in files:
         everything += _diagnose(path)[1]
     return _report(everything, len(files), args.format, args.warnings)
-
-
-def _expanded(paths: list[str], *, builders: bool) -> list[str] | None:
-    """``paths`` with directories replaced by the pipelines under them; ``None`` (after
-    saying so) when a directory holds none."""
-    from durapipe.files import pipeline_sources
-
-    files, empty = pipeline_sources(paths, builders=builders)
-    for directory in empty:
-        print(f"durapipe: {directory} holds no pipeline (no .pipe file, and no .py that "
-              "imports durapipe.dsl)", file=sys.stderr)
-    return None if empty else files
 
 
 def _diagnose(path: str) -> tuple[LoadResult, list[Diagnostic]]:
@@ -105,7 +93,7 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     from durapipe.dsl.fmt import FormatterError, format_source
     from durapipe.dsl.load import read_source
 
-    files = _expanded(args.files, builders=False)
+    files = expand_pipeline_inputs(args.files, builders=False)
     if files is None:
         return 2
     if "-" in files and len(files) > 1:

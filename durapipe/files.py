@@ -109,3 +109,15 @@ def pipeline_sources(paths: list[str], *, builders: bool = True) -> tuple[list[s
             empty.append(given)
         out.extend(sorted(found))
     return out, empty
+
+
+def expand_pipeline_inputs(paths: list[str], *, builders: bool = True) -> list[str] | None:
+    """:func:`pipeline_sources` for a command line: ``None`` (after saying so on stderr)
+    when a directory holds no pipeline."""
+    import sys
+
+    files, empty = pipeline_sources(paths, builders=builders)
+    for directory in empty:
+        print(f"durapipe: {directory} holds no pipeline (no .pipe file, and no .py that "
+              "imports durapipe.dsl)", file=sys.stderr)
+    return None if empty else files

@@ -510,13 +510,10 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from durapipe.files import pipeline_sources
+    from durapipe.files import expand_pipeline_inputs
 
-    files, empty = pipeline_sources(list(args.files))
-    for directory in empty:
-        print(f"durapipe: {directory} holds no pipeline (no .pipe file, and no .py that "
-              "imports durapipe.dsl)", file=sys.stderr)
-    if empty:
+    files = expand_pipeline_inputs(list(args.files))
+    if files is None:
         return 2
     args = argparse.Namespace(**{**vars(args), "files": files})
     problem = _usage_error(args)

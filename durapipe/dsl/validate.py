@@ -534,12 +534,8 @@ class _Checker:
 
     def pipeline_settings(self) -> None:
         for j, schedule_text in enumerate(self.p.schedules):
-            problem = schedule.cron_problem(schedule_text)
-            if problem:
-                span = lookup(self.sm, ("schedules", j)) or self.at("schedules")
-                label = "expected 5 fields" if problem.startswith("expected 5") else problem
-                self.add(error("P0316", f'invalid cron schedule "{schedule_text}"', span,
-                               label, help='e.g. "0 3 * * *" (03:00 daily)'))
+            self.cron_schedule(schedule_text,
+                               lookup(self.sm, ("schedules", j)) or self.at("schedules"))
         if self.p.timezone is not None:
             problem = schedule.timezone_problem(self.p.timezone)
             if problem:
@@ -573,13 +569,16 @@ class _Checker:
                                  help='add `queue = "..."` to the stage, or one `queue` to the '
                                       "pipeline block for every stage"))
 
-    def checkpoint_gc(self, gc: CheckpointGc) -> None:
-        problem = schedule.cron_problem(gc.schedule)
+    def cron_schedule(self, text: str, span: Span | None) -> None:
+        """P0316 for a schedule Argo's CronWorkflow controller would refuse."""
+        problem = schedule.cron_problem(text)
         if problem:
-            self.add(error("P0316", f'invalid cron schedule "{gc.schedule}"',
-                           self.at("checkpoint_gc", "schedule"),
-                           "expected 5 fields" if problem.startswith("expected 5") else problem,
+            label = "expected 5 fields" if problem.startswith("expected 5") else problem
+            self.add(error("P0316", f'invalid cron schedule "{text}"', span, label,
                            help='e.g. "0 3 * * *" (03:00 daily)'))
+
+    def checkpoint_gc(self, gc: CheckpointGc) -> None:
+        self.cron_schedule(gc.schedule, self.at("checkpoint_gc", "schedule"))
         if not self.p.storage:
             self.add(error("P0317", "`checkpoint_gc` collects the pipeline's checkpoint lines, "
                            "but the pipeline has no `storage`", self.at("checkpoint_gc"),
