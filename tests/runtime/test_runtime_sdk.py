@@ -14,6 +14,11 @@ from tests.runtime.runtime_helpers import child_env
 WAITER = (
     "import sys, time\n"
     "from durapipe import runtime\n"
+    "from durapipe.runtime.sdk import install_stop_handler\n"
+    # Before "waiting": a SIGTERM sent on that line must find the handler that wait_for_stop
+    # installs, not Python's default (on a loaded machine it arrived first and killed the
+    # waiter). In a pod the kubelet's SIGTERM comes long after the stage started.
+    "install_stop_handler()\n"
     "started = time.monotonic()\n"
     "print('waiting', flush=True)\n"
     "stopped = runtime.wait_for_stop(float(sys.argv[1]))\n"
