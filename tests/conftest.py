@@ -46,8 +46,21 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[TIER_ENV] = "full" if config.getoption("--full") else "fast"
 
 
+#: The order ``--full`` runs the tiers in: the fast tier first, so that it runs while
+#: ``tests/prebuild.py`` (started by ``.ci/run``) builds the Go tools, the control plane and the
+#: real node's images on the other core, then each tier in the order its builds finish.  Within a
+#: tier the order stays the files' (``test_zz_node_lost.py`` last on its node).
+TIER_ORDER = ("fast", "harness", "training", "e2e", "realnode")
+
+
+def _tier_rank(item: pytest.Item) -> int:
+    return max((TIER_ORDER.index(m) for m in FULL_TIER_MARKERS if item.get_closest_marker(m)),
+               default=0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--full"):
+        items.sort(key=_tier_rank)
         return
     keep: list[pytest.Item] = []
     full_only: list[pytest.Item] = []
