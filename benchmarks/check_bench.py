@@ -22,13 +22,16 @@ from pathlib import Path
 from timing import ensure_bytecode
 
 ROOT = Path(__file__).resolve().parents[1]
+DIGEST = "df2438aa87b7678c006b6e60e708e5a56828de5ed5d5a61a3f14719079eded9b"
 
 
 def generate(stages: int) -> str:
     """A pipeline of `stages` stages in chains of 10, each reading its predecessor's output."""
     out = ['pipeline "big" {\n  storage = "s3://bucket/big"\n}\n',
            "params {\n  epochs: int = 3\n}\n",
-           'defaults {\n  image = "ghcr.io/acme/x:1"\n  retry { attempts = 2  backoff = 10s }\n}\n']
+           # Pinned by digest, as cached stages should be (W0005).
+           'defaults {\n  image = "ghcr.io/acme/x:1@sha256:' + DIGEST + '"\n'
+           '  retry { attempts = 2  backoff = 10s }\n}\n']
     for i in range(stages):
         reads = f', "--in", s{i - 1}.outputs.data' if i % 10 else ""
         out.append(

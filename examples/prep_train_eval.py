@@ -5,7 +5,10 @@ from durapipe.dsl.builder import Cache, Pipeline, Resources, Retry
 p = Pipeline("churn-model", namespace="ml-training", storage="s3://acme-ml/durapipe")
 snapshot = p.param("snapshot", str, default="2026-11-01")
 max_depth = p.param("max_depth", int, default=8)
-p.defaults(image="ghcr.io/acme/churn:4.1.0", retry=Retry(attempts=1, backoff="10s"),
+# Pinned by digest, as the cache key needs (W0005): the tag for people, the digest for the key.
+IMAGE = ("ghcr.io/acme/churn:4.1.0"
+         "@sha256:198657d88e13664112ad27589506b9048bbab9027442726be0daca1290e2157f")
+p.defaults(image=IMAGE, retry=Retry(attempts=1, backoff="10s"),
            env={"LOG_LEVEL": "info"})
 
 prep = p.stage(

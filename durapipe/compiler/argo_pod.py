@@ -18,6 +18,7 @@ from durapipe.compiler.plan import (
     Site,
     StagePlan,
     Variant,
+    cache_parts,
     cache_static,
     checkpoint_line,
     contract_env,
@@ -540,6 +541,18 @@ def stage_metadata(ctx: CompileContext, stage: Stage, *, queued: bool = True) ->
     if stage.annotations:
         meta["annotations"] = dict(sorted(stage.annotations.items()))
     return meta
+
+
+def cache_components_io(plan: StagePlan,
+                        hash_inputs: dict[tuple[str, str], str]) -> tuple[Json, Json]:
+    """A memoized template's input that evaluates the record of its key's components, and the
+    output that hands it to Argo's memoization entry (``memo.COMPONENTS_PARAM``)."""
+    upstream = {f"{s}.{o}": name for (s, o), name in hash_inputs.items()}
+    value = memo.components_expression(plan.stage.name, cache_static(plan.stage),
+                                       cache_parts(plan.stage), sorted(plan.params), upstream)
+    return ({"name": memo.COMPONENTS_PARAM, "value": value},
+            {"name": memo.COMPONENTS_PARAM,
+             "valueFrom": {"expression": f"inputs.parameters['{memo.COMPONENTS_PARAM}']"}})
 
 
 def memoize(ctx: CompileContext, plan: StagePlan,

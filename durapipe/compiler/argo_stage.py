@@ -21,6 +21,7 @@ from durapipe.compiler.argo_pod import (
     OUTPUT_HASH_DIR,
     RESUME_REPORT,
     RESUMED_FROM_OUTPUT,
+    cache_components_io,
     fill_main_container,
     gpu_label,
     gpu_product,
@@ -660,8 +661,22 @@ def grid_template(ctx: CompileContext, plan: StagePlan, hash_inputs: dict[tuple[
     m = memoize(ctx, plan, hash_inputs)
     if m is not None:
         t["memoize"] = m
+        record_cache_components(plan, hash_inputs, t)
     t["dag"] = {"tasks": grid_tasks(ctx, plan, pods)}
     return t
+
+
+def record_cache_components(plan: StagePlan, hash_inputs: dict[tuple[str, str], str],
+                            t: Json) -> None:
+    """Give a memoized DAG template the record of its key's components as an input (Argo
+    evaluates it with the key) and as an output, which its memoization entry keeps."""
+    given, recorded = cache_components_io(plan, hash_inputs)
+    t.setdefault("inputs", {}).setdefault("parameters", []).append(given)
+    t.setdefault("outputs", {}).setdefault("parameters", []).append(recorded)
+    # Inputs and outputs first, as every other template lists them.
+    ordered = {k: t[k] for k in ("name", "inputs", "outputs")} | t
+    t.clear()
+    t.update(ordered)
 
 
 # -- the dispatch table -----------------------------------------------------------------------
@@ -673,12 +688,14 @@ def lower_pod(ctx: CompileContext, plan: StagePlan) -> LoweredStage:
     hash_inputs = hash_inputs_for(plan)
     (task,) = plan.tasks
     m = memoize(ctx, plan, hash_inputs)
-    if m is None or not task.retried:
+    if m is None:
         return LoweredStage(plan, [leaf(ctx, plan, task, hash_inputs)], hash_inputs)
     # A leaf with both `memoize` and a `retryStrategy` hangs its workflow on a cache hit: the
     # hit is a Retry node, whose children Argo's assessDAGPhase skips (getRetryNodeChildrenIds),
     # so the DAG around it never completes.  The cache goes on a one-task DAG around the pod,
-    # as on a grid (test_a_cache_hit_in_the_middle_of_the_dag_with_the_default_retry_budget_completes).
+    # as on a grid (test_a_cache_hit_in_the_middle_of_the_dag_with_the_default_retry_budget_completes),
+    # and so it does without a retry too: a DAG's outputs can record what its key was made of
+    # (``record_cache_components``), a pod's come only from files its executor reads.
     inner = replace(task, name=wrapped_task_name(plan.task))
     pod = leaf(ctx, plan, inner, hash_inputs, wrapped=True)
     return LoweredStage(plan, [wrapper_template(plan, hash_inputs, inner.name, m), pod],
@@ -707,6 +724,7 @@ def wrapper_template(plan: StagePlan, hash_inputs: dict[tuple[str, str], str], i
                           for n in names],
         }
     t["memoize"] = memo
+    record_cache_components(plan, hash_inputs, t)
     task: Json = {"name": inner, "template": inner}
     args: Json = {}
     if plan.inputs_keyed_line:

@@ -108,3 +108,101 @@ def evaluate_keys_in(text: str, params: Mapping[str, str], inputs: Mapping[str, 
         return match[0] if value is None else value
 
     return _KEY_IN_TEXT.sub(one, text)
+
+
+# -- what a key was made of (why a cache missed) ---------------------------------------------
+
+#: The memoized template's input that records what its key was made of, and the output that
+#: carries it into Argo's memoization entry (which keeps a node's outputs), so that a later
+#: miss can say which component changed.
+COMPONENTS_PARAM = "durapipe-cache-inputs"
+#: Literals that go into the record as written; other text goes in as its digest (the record
+#: is an Argo expression's single-quoted strings).
+_LITERAL = re.compile(r"^[-A-Za-z0-9._/:@+]{1,512}$")
+
+
+def _digest(value: object) -> str:
+    return "sha256:" + hashlib.sha256(_go_json(value).encode("utf-8")).hexdigest()[:16]
+
+
+def _literal(text: str) -> str:
+    return text if _LITERAL.match(text) else _digest(text)
+
+
+def static_components(*, image: str, command: Sequence[str], env: Mapping[str, str],
+                      salt: str) -> dict[str, str]:
+    """The parts of :func:`static_digest`, each readable or digested: what `status` and
+    `durapipe run` name when the static half of a key changed."""
+    from durapipe.runtime.cachekey import CACHE_KEY_SCHEMA_VERSION
+
+    return {"image": _literal(image), "command": _digest(list(command)),
+            "env": _digest(dict(env)), "version": _literal(salt) if salt else "",
+            "schema": str(CACHE_KEY_SCHEMA_VERSION)}
+
+
+def components_expression(stage: str, static: str, parts: Mapping[str, str],
+                          params: Sequence[str], upstream: Mapping[str, str]) -> str:
+    """The Argo expression for the record of one key's components: the same reads as
+    :func:`key_expression`, and the static parts as literals."""
+    param_items = ", ".join(f"'{p}': workflow.parameters['{p}']" for p in sorted(params))
+    up_items = ", ".join(
+        f"'{k}': inputs.parameters['{upstream[k]}']" for k in sorted(upstream))
+    literals = ", ".join(f"'{k}': '{v}'" for k, v in sorted(
+        {"stage": stage, "static": static, **parts}.items()))
+    expression = (f"toJson({{{literals}, 'params': {{{param_items}}} , "
+                  f"'upstream': {{{up_items}}} }})")
+    assert "}}" not in expression and all(_LITERAL.match(v) or not v for v in parts.values())
+    return "{{=" + expression + "}}"
+
+
+def components(stage: str, static: str, parts: Mapping[str, str], params: Mapping[str, str],
+               upstream: Mapping[str, str]) -> dict[str, object]:
+    """What :func:`components_expression` evaluates to, as a mapping (the local runner's)."""
+    return {"stage": stage, "static": static, **parts, "params": dict(params),
+            "upstream": dict(upstream)}
+
+
+#: How each component is named in a miss's explanation.
+_COMPONENT_NAMES = {"image": "image", "command": "command", "env": "environment",
+                    "version": "cache version", "schema": "cache key schema"}
+
+
+def explain_miss(current: Mapping[str, object],
+                 entries: Sequence[tuple[str, Mapping[str, object]]]) -> str:
+    """Why a stage's key found no entry: what changed between ``current`` (this run's
+    components) and the newest of ``entries`` (``(created_at, components)`` of the same
+    stage, any order).  ``""`` where ``current`` is not a record of components."""
+    if not isinstance(current.get("params"), dict):
+        return ""
+    same_stage = [(at, e) for at, e in entries if e.get("stage") == current.get("stage")]
+    if not same_stage:
+        return "no earlier cache entry for this stage"
+    _at, newest = max(same_stage, key=lambda item: item[0])
+    changes: list[str] = []
+    for group in ("params", "upstream"):
+        now, then = current.get(group), newest.get(group)
+        now = now if isinstance(now, dict) else {}
+        then = then if isinstance(then, dict) else {}
+        label = "param" if group == "params" else "upstream"
+        for name in sorted(set(now) | set(then)):
+            if now.get(name) != then.get(name):
+                changes.append(f"{label} {name}: {_short(then.get(name))} -> "
+                               f"{_short(now.get(name))}")
+    for part, label in _COMPONENT_NAMES.items():
+        if current.get(part) != newest.get(part):
+            was, now_value = newest.get(part), current.get(part)
+            changes.append(f"{label} changed" if part in ("command", "env") else
+                           f"{label}: {_short(was)} -> {_short(now_value)}")
+    if not changes:
+        return ("an entry with these inputs exists but was not used (older than the stage's "
+                "max_age, or written after this run looked)")
+    return "; ".join(changes)
+
+
+def _short(value: object) -> str:
+    if value is None:
+        return "(none)"
+    text = str(value)
+    if re.fullmatch(r"[0-9a-f]{64}", text):
+        return text[:12] + "…"
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")

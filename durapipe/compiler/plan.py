@@ -565,8 +565,7 @@ def symbolic_argv(stage: Stage) -> list[str]:
     return ["sh", "-c", stage.script or ""] + [symbolic(a) for a in stage.args]
 
 
-def cache_static(stage: Stage) -> str:
-    """The compile-time half of the stage's cache key (``memo``), shared by both executors."""
+def _cache_env(stage: Stage) -> dict[str, str]:
     env: dict[str, str] = {}
     for name in sorted(stage.env):
         value = stage.env[name]
@@ -575,7 +574,21 @@ def cache_static(stage: Stage) -> str:
             env[name] = f"{source}:{value.name}/{value.key}"
         else:
             env[name] = symbolic(value)
+    return env
+
+
+def cache_static(stage: Stage) -> str:
+    """The compile-time half of the stage's cache key (``memo``), shared by both executors."""
     return memo.static_digest(
-        image=stage.image, command=symbolic_argv(stage), env=env,
+        image=stage.image, command=symbolic_argv(stage), env=_cache_env(stage),
+        salt=stage.cache.version if stage.cache is not None else "",
+    )
+
+
+def cache_parts(stage: Stage) -> dict[str, str]:
+    """What :func:`cache_static` is made of, part by part (``memo.static_components``): the
+    record of a key's components that explains a later miss."""
+    return memo.static_components(
+        image=stage.image, command=symbolic_argv(stage), env=_cache_env(stage),
         salt=stage.cache.version if stage.cache is not None else "",
     )

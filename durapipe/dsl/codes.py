@@ -300,6 +300,15 @@ Some stages of the pipeline name a Kueue LocalQueue (`queue = "..."`) and this G
 none, so its pods bypass the quota the others are admitted under; on a cluster where Kueue
 manages every pod (`manageJobsWithoutQueueName`) they would never start.  Name a queue on the
 stage, or one on the pipeline block, which every stage without its own inherits."""),
+    Code("W0005", "a cached stage's image named by a tag", """
+The cache key holds the image as written.  A tag (`ghcr.io/acme/train:2.3`) can be pushed again
+with other contents, and the key does not change: the next run reuses results the old image
+built (Argo's own memoization has the same trap).  A digest cannot move:
+
+    image = "ghcr.io/acme/train:2.3"                                  # warned
+    image = "ghcr.io/acme/train:2.3@sha256:4f1c..."                   # the tag for people, the digest for the key
+
+Where results must follow a moved tag, bump `cache { version = "..." }` when it moves."""),
     Code("W0003", "a credential written into the pipeline", """
 An `env` value or the `storage` URI looks like a credential: an AWS access key id (`AKIA...`,
 `ASIA...`), a 40-character secret key under a name with SECRET, PASSWORD or TOKEN in it,

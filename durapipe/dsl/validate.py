@@ -231,6 +231,25 @@ class _Checker:
     def add(self, diag: Diagnostic) -> None:
         self.diags.append(diag)
 
+    def tagged_cached_images(self) -> None:
+        """W0005, once per written image (a `defaults` image serves many stages)."""
+        by_place: dict[object, tuple[Span | None, str, list[str]]] = {}
+        for i, stage in enumerate(self.p.stages):
+            if stage.cache is None or "@sha256:" in stage.image:
+                continue
+            span = lookup(self.sm, ("stages", i, "image")) or lookup(
+                self.sm, ("defaults", "image")) or self.at("stages", i, "cache")
+            place = (span.start, span.end) if span is not None else stage.name
+            by_place.setdefault(place, (span, stage.image, []))[2].append(stage.name)
+        for span, image, stages in by_place.values():
+            named = ", ".join(f'"{s}"' for s in stages)
+            self.add(warning(
+                "W0005", f"cached stage{'s' * (len(stages) > 1)} {named} name"
+                f"{'s' * (len(stages) == 1)} {'their' if len(stages) > 1 else 'its'} image by "
+                "a tag", span, "a tag can move",
+                help=f"pin it by digest (`{image}@sha256:...`): a tag pushed again after a "
+                     "run reuses results built with the old image"))
+
     def run(self) -> list[Diagnostic]:
         self.names()
         self.params()
@@ -238,6 +257,7 @@ class _Checker:
         for i, stage in enumerate(self.p.stages):
             self.stage(i, stage, stage_index)
         self.cycles(stage_index)
+        self.tagged_cached_images()
         self.pipeline_settings()
         self.kube.templates()
         self.kube.kubernetes_text()

@@ -45,7 +45,15 @@ class Cache(Protocol):
         ...
 
     def save(self, stage: str, key: str, outputs: Mapping[str, str],
-             output_hashes: Mapping[str, str], run_id: str) -> None: ...
+             output_hashes: Mapping[str, str], run_id: str,
+             components: Mapping[str, object]) -> None:
+        """Commit an entry; ``components``: what its key was made of (``memo.components``)."""
+        ...
+
+    def entries(self, stage: str) -> list[tuple[str, Mapping[str, object]]]:
+        """``(created, components)`` of the stage's entries that recorded them: what a miss
+        is explained against (``memo.explain_miss``)."""
+        ...
 
 
 def open_cache(store_root: str, pipeline: str) -> Cache:
@@ -54,6 +62,12 @@ def open_cache(store_root: str, pipeline: str) -> Cache:
     if parsed.scheme == "file":
         return DirectoryCache(Path(unquote(parsed.path)) / pipeline / "cache")
     return ObjectCache(f"{store_root.rstrip('/')}/{pipeline}/cache")
+
+
+def _recorded(entry: object) -> tuple[str, Mapping[str, object]] | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("components"), dict):
+        return None
+    return f"{float(entry.get('created', 0)):020.6f}", entry["components"]
 
 
 def _expired(entry: Mapping[str, Any], max_age: float | None) -> bool:
@@ -80,8 +94,20 @@ class DirectoryCache:
             return None
         return Hit(outputs, dict(entry["output_hashes"]))
 
+    def entries(self, stage: str) -> list[tuple[str, Mapping[str, object]]]:
+        found = []
+        for path in sorted((self.root / stage).glob(f"*/{ENTRY}")):
+            try:
+                recorded = _recorded(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                continue
+            if recorded is not None:
+                found.append(recorded)
+        return found
+
     def save(self, stage: str, key: str, outputs: Mapping[str, str],
-             output_hashes: Mapping[str, str], run_id: str) -> None:
+             output_hashes: Mapping[str, str], run_id: str,
+             components: Mapping[str, object]) -> None:
         entry_dir = self.root / stage / key
         staging = entry_dir.parent / f".{key}.tmp-{uuid.uuid4().hex[:8]}"
         try:
@@ -93,7 +119,8 @@ class DirectoryCache:
                 elif source.exists():
                     shutil.copy2(source, target)
             write_json_atomic(staging / ENTRY, {
-                "created": time.time(), "run": run_id, "output_hashes": dict(output_hashes)})
+                "created": time.time(), "run": run_id, "output_hashes": dict(output_hashes),
+                "components": dict(components)})
             if entry_dir.exists():
                 shutil.rmtree(entry_dir)
             os.replace(staging, entry_dir)
@@ -139,8 +166,22 @@ class ObjectCache:
         return Hit({name: str(restore_to / name) for name in names},
                    dict(entry["output_hashes"]))
 
+    def entries(self, stage: str) -> list[tuple[str, Mapping[str, object]]]:
+        store = open_store(self.uri)
+        found = []
+        for name in store.list(f"{stage}/"):
+            if name.endswith(f"/{ENTRY}") and name.count("/") == 2:
+                try:
+                    recorded = _recorded(json.loads(store.get_bytes(name)))
+                except (NotFound, ValueError):
+                    continue
+                if recorded is not None:
+                    found.append(recorded)
+        return found
+
     def save(self, stage: str, key: str, outputs: Mapping[str, str],
-             output_hashes: Mapping[str, str], run_id: str) -> None:
+             output_hashes: Mapping[str, str], run_id: str,
+             components: Mapping[str, object]) -> None:
         if not all(Path(p).exists() for p in outputs.values()):
             return  # an entry without every output could never be a hit
         store = open_store(self.uri)
@@ -149,7 +190,8 @@ class ObjectCache:
                     for name, path in sorted(outputs.items())}
         previous = self._entry(store, stage, key)
         body = {"created": time.time(), "run": run_id, "writer": writer,
-                "output_hashes": dict(output_hashes), "outputs": listings}
+                "output_hashes": dict(output_hashes), "outputs": listings,
+                "components": dict(components)}
         # The commit: one PUT, after every file it names is stored.
         store.put_bytes(f"{stage}/{key}/{ENTRY}", json.dumps(body, sort_keys=True).encode())
         if previous is not None and previous.get("writer") not in (None, writer):

@@ -28,6 +28,7 @@ from durapipe.compiler.plan import (
     Site,
     StagePlan,
     Variant,
+    cache_parts,
     cache_static,
     checkpoint_line,
     contract_env,
@@ -273,6 +274,7 @@ class Runner:
                 record.reason = f"cache hit {key[:12]}"
                 self._event("cached", record, record.reason)
                 return
+            record.cache_miss = self._explain_miss(self.plans[stage.name])
         record.status = "running"
         record.checkpoint_line = self._checkpoint_uri(stage)
         self._event("start", record, "")
@@ -611,6 +613,23 @@ class Runner:
             return ""
         return self._inputs_key(plan)
 
+    def _key_components(self, plan: StagePlan) -> dict[str, object]:
+        """What the stage's key is made of (``memo.components``), read as ``_inputs_key``
+        reads it: what a later miss is explained against, as the compiled workflow records."""
+        params = {name: kubelet_literal(self.params[name]) for name in sorted(plan.params)}
+        upstream = {f"{stage}.{output}": self.record.stages[stage].output_hashes.get(output, "")
+                    for stage, output in plan.upstream}
+        return memo.components(plan.stage.name, cache_static(plan.stage),
+                               cache_parts(plan.stage), params, upstream)
+
+    def _explain_miss(self, plan: StagePlan) -> str:
+        try:
+            entries = self.cache.entries(plan.stage.name)
+        except (StoreError, OSError) as exc:
+            self._cache_unavailable(plan.stage, "read", exc)
+            return ""
+        return memo.explain_miss(self._key_components(plan), entries)
+
     def _inputs_key(self, plan: StagePlan) -> str:
         """The stage's cache key whether or not it caches: it also names an inputs-scoped
         checkpoint line (``plan.checkpoint_line``), as in the compiled workflow."""
@@ -632,7 +651,8 @@ class Runner:
 
     def _cache_store(self, stage: Stage, key: str, record: StageRecord) -> None:
         try:
-            self.cache.save(stage.name, key, record.outputs, record.output_hashes, self.run_id)
+            self.cache.save(stage.name, key, record.outputs, record.output_hashes, self.run_id,
+                            self._key_components(self.plans[stage.name]))
         except (StoreError, OSError) as exc:
             self._cache_unavailable(stage, "write", exc)
 

@@ -40,6 +40,8 @@ class StageRecord:
     status: str = "pending"
     reason: str = ""
     cache_key: str = ""
+    #: A cached stage that missed: what changed against the newest entry of the stage.
+    cache_miss: str = ""
     #: The checkpoint line (store URI) the stage's attempts restore from and commit to.
     checkpoint_line: str = ""
     outputs: dict[str, str] = field(default_factory=dict)

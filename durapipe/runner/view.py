@@ -63,7 +63,8 @@ class View:
             if self.live:
                 return
             line = {
-                "start": f"{stage.name}: started",
+                "start": f"{stage.name}: started"
+                         + (f" (cache miss: {stage.cache_miss})" if stage.cache_miss else ""),
                 "attempt": f"{stage.name}: attempt "
                            f"#{stage.attempts[-1].number if stage.attempts else 0} "
                            f"{stage.attempts[-1].verdict if stage.attempts else ''}"

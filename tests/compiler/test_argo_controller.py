@@ -353,6 +353,23 @@ def test_memoized_stage_is_reused_unless_a_param_or_upstream_hash_changes() -> N
     assert [t["memoization"]["hit"] for t in trains] == [False, True, False, False]
     assert [t["outputs"]["model-hash"] for t in trains] == ["m1", "m1", "m3", "m4"]
     assert trains[0]["memoization"]["cacheName"] == "durapipe-cache-demo"
+    # Each key's components, as Argo evaluated them, reach the node's outputs, and so the
+    # memoization entry: the hit reads back the entry's record.
+    import json
+
+    from durapipe.compiler import memo
+
+    records = [json.loads(t["outputs"][memo.COMPONENTS_PARAM]) for t in trains]
+    assert [(r["stage"], r["params"], r["upstream"]) for r in records] == [
+        ("train", {"lr": "0.1"}, {"prep.data": "aaaa"}),
+        ("train", {"lr": "0.1"}, {"prep.data": "aaaa"}),
+        ("train", {"lr": "0.1"}, {"prep.data": "bbbb"}),
+        ("train", {"lr": "0.2"}, {"prep.data": "bbbb"})]
+    assert records[0]["static"] in json.dumps(doc)  # the key's own static half
+    assert memo.explain_miss(records[2], [("1", records[0])]) == \
+        "upstream prep.data: 'aaaa' -> 'bbbb'"
+    assert memo.explain_miss(records[3], [("1", records[0]), ("2", records[2])]) == \
+        "param lr: '0.1' -> '0.2'"
 
 
 def test_preemptions_and_application_failures_keep_separate_budgets() -> None:

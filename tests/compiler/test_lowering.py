@@ -13,7 +13,7 @@ import yaml
 
 from durapipe.compiler import CompileOptions, CompileResult, compile_pipeline, memo
 from durapipe.compiler import argo_retry as retry
-from durapipe.compiler.plan import cache_static
+from durapipe.compiler.plan import cache_parts, cache_static
 from durapipe.runtime import contract
 from tests.compiler.models import (
     GI,
@@ -546,7 +546,17 @@ def test_memoize_key_inputs_are_exact() -> None:
         "cache": {"configMap": {"name": "durapipe-cache-demo"}},
     }
     train = ts["train"]
-    assert train["inputs"]["parameters"] == [{"name": "prep-data-hash"}]
+    # The hash of prep's output, then the record of what the key is made of, which Argo
+    # evaluates from the same reads (what `status` explains a miss with).
+    given, record = train["inputs"]["parameters"]
+    assert given == {"name": "prep-data-hash"}
+    assert record["name"] == memo.COMPONENTS_PARAM
+    assert record["value"] == memo.components_expression(
+        "train", cache_static(prep_train_eval().stages[1]),
+        cache_parts(prep_train_eval().stages[1]), [], {"prep.data": "prep-data-hash"})
+    assert {"name": memo.COMPONENTS_PARAM, "valueFrom": {
+        "expression": f"inputs.parameters['{memo.COMPONENTS_PARAM}']"}} in \
+        train["outputs"]["parameters"]
     assert "'upstream': {'prep.data': inputs.parameters['prep-data-hash']}" in train["memoize"]["key"]
     assert train["memoize"]["maxAge"] == ""
     main = templates(compiled(prep_train_eval()))["main"]["dag"]["tasks"]
@@ -558,8 +568,8 @@ def test_memoize_key_inputs_are_exact() -> None:
     # A cached pod stage: the cache on a one-task DAG, the outputs read from its pod.
     assert ts["prep-pod"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
         "path": "/var/run/durapipe/outputs/data.hash", "default": ""}}]
-    assert ts["prep"]["outputs"]["parameters"] == [{"name": "data-hash", "valueFrom": {
-        "parameter": "{{tasks.prep-pod.outputs.parameters.data-hash}}"}}]
+    assert ts["prep"]["outputs"]["parameters"][0] == {"name": "data-hash", "valueFrom": {
+        "parameter": "{{tasks.prep-pod.outputs.parameters.data-hash}}"}}
     assert "memoize" not in ts["prep-pod"] and "retryStrategy" not in ts["prep"]
     assert main[2]["depends"] == "train"
 

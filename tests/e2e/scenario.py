@@ -14,6 +14,7 @@ on the real clock. A submission may set ``params`` and ``workflow_deadline`` (th
 - ``memory.<stage>``: the ``main`` memory limit of each of its pods in order;
 - ``nodes.<stage>``: the node each of its pods ran on, in order;
 - ``cache_hits`` / ``cache_misses``: stages whose memoized node was (not) a hit;
+- ``cache_miss_reasons``: per stage, a text that `durapipe status` must give as its miss's reason;
 - ``restart_attempts.<stage>``: a JobSet's pods' restart attempts, in the order they ended;
 - ``nodes_distinct.<stage>``: how many nodes that stage's pods ran on;
 - ``jobset.<stage>``: fields of the JobSet's final ``status`` (``terminalState``, ``restarts``,
@@ -133,10 +134,33 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
                                    input=yaml.safe_dump(wf)).stdout.strip().split("/")[-1]
         done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
         problems += [f"submission {i} ({name}): {p}" for p in check(sub, done, fates, name)]
+        if "cache_miss_reasons" in sub:
+            problems += [f"submission {i} ({name}): {p}" for p in
+                         check_miss_reasons(cluster, ns, name, sub["cache_miss_reasons"])]
         if "max_workflow_bytes" in sub:
             problems += [f"submission {i} ({name}): {p}" for p in
                          check_sizes(cluster, ns, done, int(sub["max_workflow_bytes"]))]
     return problems
+
+
+def check_miss_reasons(cluster: Cluster, ns: str, name: str,
+                       want: dict[str, str]) -> list[str]:
+    """`durapipe status --json` (the CLI, against this control plane) says of each stage why
+    it missed: ``want`` maps a stage to a text its reason must contain."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "durapipe", "status", name, "-n", ns, "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+    if proc.returncode != 0:
+        return [f"durapipe status exited {proc.returncode}: {proc.stderr}"]
+    reasons = {s["stage"]: s["cache_miss"] for s in json.loads(proc.stdout)["stages"]}
+    return [f"cache miss of {stage}: {reasons.get(stage)!r}, expected it to say {text!r}"
+            for stage, text in want.items() if text not in (reasons.get(stage) or "")]
 
 
 def check_sizes(cluster: Cluster, ns: str, wf: dict[str, Any], limit: int) -> list[str]:

@@ -47,7 +47,8 @@ def test_case_compiles_and_is_well_formed(case, tmp_path: Path) -> None:  # type
         Fate(**f)  # unknown rule names raise
     known = {"params", "workflow_deadline", "timeout", "fire_within", "phase", "min_seconds",
              "max_seconds", "outcomes", "memory", "nodes", "cache_hits", "cache_misses",
-             "restart_attempts", "nodes_distinct", "jobset", "max_workflow_bytes"}
+             "restart_attempts", "nodes_distinct", "jobset", "max_workflow_bytes",
+             "cache_miss_reasons"}
     for sub in case.spec.get("submit", []):
         assert set(sub) <= known, set(sub) - known
 

@@ -41,7 +41,11 @@ def _small(stage):
     preemptions = {preemptions!r}
     if preemptions is not None and retry is not None:
         retry = replace(retry, preemptions=preemptions)
-    return replace(stage, resources=resources, retry=retry)
+    # The node's images are built here and imported by tag (tests/e2e/images.py): a digest
+    # names a registry's manifest, which a locally built image does not have, so the overlay
+    # runs the tag, as on a development cluster with images loaded into its nodes.
+    return replace(stage, image=stage.image.partition("@")[0], resources=resources,
+                   retry=retry)
 
 
 pipeline = replace(_example, storage_secret={secret!r},

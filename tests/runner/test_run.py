@@ -106,11 +106,23 @@ def test_cache_reuses_stage_until_a_param_or_upstream_output_changes(tmp_path: P
     again = _run(tmp_path, text)
     assert [s.status for s in again.stages.values()] == ["cached", "cached"]
     assert Path(again.stages["train"].outputs["m"]).read_text() == "aaa"
+    assert [s.cache_miss for s in first.stages.values()] == [
+        "no earlier cache entry for this stage"] * 2
     new_n = _run(tmp_path, text, params={"n": "2"})
     assert [s.status for s in new_n.stages.values()] == ["cached", "succeeded"]
+    # Why it missed, as `durapipe status` says it on a cluster: the component that changed
+    # against the newest entry of the stage.
+    assert new_n.stages["train"].cache_miss == "param n: '3' -> '2'"
     new_upstream = _run(tmp_path, text, params={"salt": "b"})
     assert [s.status for s in new_upstream.stages.values()] == ["succeeded", "succeeded"]
     assert new_upstream.stages["train"].cache_key != first.stages["train"].cache_key
+    assert new_upstream.stages["prep"].cache_miss == "param salt: 'a' -> 'b'"
+    assert new_upstream.stages["train"].cache_miss.startswith(
+        "param n: '2' -> '3'; upstream prep.d: '")
+    # A changed image misses with its old and new names (against the newest entry: salt b).
+    retagged = _run(tmp_path, text.replace('image = "x"', 'image = "y"', 1),
+                    params={"salt": "b"})
+    assert retagged.stages["prep"].cache_miss == "image: 'x' -> 'y'"
 
 
 def test_resume_reuses_succeeded_stages(tmp_path: Path) -> None:

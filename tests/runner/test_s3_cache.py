@@ -98,6 +98,7 @@ def test_a_second_run_hits_the_s3_cache(tmp_path: Path, s3_store: str) -> None:
 
     changed = _run(tmp_path, s3_store, params={"salt": "b"})
     assert changed.stages["prep"].status == "succeeded"
+    assert changed.stages["prep"].cache_miss == "param salt: 'a' -> 'b'"
     assert _executions(tmp_path) == 2
 
 
