@@ -26,6 +26,9 @@ from typing import Any, TypeVar
 
 GROUP = "argoproj.io"
 VERSION = "v1alpha1"
+#: JobSet, which the multi-node stages create (its restarts are not in the Workflow).
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
 PLURALS = {"Workflow": "workflows", "WorkflowTemplate": "workflowtemplates",
            "CronWorkflow": "cronworkflows"}
 T = TypeVar("T")
@@ -253,6 +256,19 @@ class Cluster:
                                f"that holds no objects: {_excerpt(items)}")
         return items
 
+    def list_jobsets(self, label_selector: str) -> list[dict[str, Any]]:
+        """The namespace's JobSets matching ``label_selector`` (multi-node stages' pods)."""
+        what = f"list JobSets labelled {label_selector}"
+        answer = self._object(what, self.call(
+            what, self._custom().list_namespaced_custom_object,
+            JOBSET_GROUP, JOBSET_VERSION, self.namespace, "jobsets",
+            label_selector=label_selector))
+        items = answer.get("items")
+        if not isinstance(items, list):
+            raise ClusterError(f"the API server at {self.server} answered `{what}` with "
+                               f"something that is not a list: {_excerpt(items)}")
+        return [i for i in items if isinstance(i, dict)]
+
     def merge_patch(self, kind: str, name: str, patch: Mapping[str, Any],
                     what: str | None = None) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386) of the named object: custom resources take no
@@ -290,10 +306,20 @@ class Cluster:
         """The log's lines as the container writes them, until it ends.  No read timeout and no
         deadline: a training stage may print nothing for hours and run for days."""
         what = f"follow the log of pod {pod} (container {container})"
+        core = self.core()
+        # Clients from v36 on validate their arguments with pydantic, which refuses a
+        # (connect, None) pair although their REST layer reads it as "no read timeout"; the
+        # undecorated method (``raw_function``; older clients have none) takes it as they did.
+        read_log = getattr(type(core).read_namespaced_pod_log, "raw_function", None)
         try:
-            answer = self.core().read_namespaced_pod_log(
-                pod, self.namespace, container=container, follow=True, _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT_S, None))
+            if read_log is None:
+                answer = core.read_namespaced_pod_log(
+                    pod, self.namespace, container=container, follow=True,
+                    _preload_content=False, _request_timeout=(CONNECT_TIMEOUT_S, None))
+            else:
+                answer = read_log(core, pod, self.namespace, container=container, follow=True,
+                                  _preload_content=False,
+                                  _request_timeout=(CONNECT_TIMEOUT_S, None))
         except Exception as exc:
             raise self.translate(what, exc) from None
         pending = b""
@@ -309,6 +335,16 @@ class Cluster:
             answer.release_conn()
         if pending:
             yield pending.decode("utf-8", "replace")
+
+    def config_map_data(self, name: str, namespace: str) -> dict[str, Any]:
+        """The ``data`` of a ConfigMap in ``namespace`` (Argo's memoization caches live in
+        its controller's namespace, not the run's)."""
+        what = f"read ConfigMap {namespace}/{name}"
+        answer = self.call(what, self.core().read_namespaced_config_map, name, namespace,
+                           _preload_content=False)
+        obj = self._object(what, _json_answer(self, what, answer))
+        data = obj.get("data")
+        return data if isinstance(data, dict) else {}
 
     def ensure_core(self, body: Mapping[str, Any]) -> None:
         """Create a core object the pipeline's pods need (the runtime's ConfigMap) unless one

@@ -22,9 +22,9 @@ from durapipe.cluster import run_status
 from durapipe.cluster.api import Cluster, ClusterError, connect
 from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.submit import interpret_workflow, print_failure
+from durapipe.compiler.argo_pod import LABEL_PIPELINE
 from durapipe.runtime import contract
 
-LABEL_PIPELINE = "durapipe.dev/pipeline"
 LABEL_TEMPLATE = "workflows.argoproj.io/workflow-template"
 LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
 LABEL_RESUBMITTED_FROM = "durapipe.dev/resubmitted-from"
@@ -161,7 +161,8 @@ def list_runs(args: argparse.Namespace) -> int:
     pipeline, namespace = target
     try:
         cluster = connect(args.kubeconfig, args.context, namespace)
-        reports = [interpret_workflow(cluster, str(wf["metadata"].get("name")), wf)
+        reports = [interpret_workflow(cluster, str(wf["metadata"].get("name")), wf,
+                                      with_jobsets=False)
                    for wf in runs_of(cluster, pipeline)]
     except ClusterError as exc:
         return print_failure(str(exc))

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import yaml
+
 from durapipe.compiler import memo, naming
 from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
-from durapipe.compiler.argo_pod import RESUMED_FROM_OUTPUT
+from durapipe.compiler.argo_pod import LABEL_STAGE, RESUMED_FROM_OUTPUT
 from durapipe.runtime import contract, resume_report
 
 if TYPE_CHECKING:
@@ -42,6 +44,24 @@ Json = Mapping[str, Any]
 PENDING_TIMEOUT = "pending_timeout"
 ERROR = "error"
 RUNNING = "running"
+#: A pod that reached a node and cannot start its containers: Argo keeps such a node Pending
+#: (with the container's waiting reason as its message) and never fails it.
+STUCK = "cannot_start"
+#: Container waiting reasons (the kubelet's) that no amount of waiting mends: the cause and
+#: what to do.  ``ImagePullBackOff`` is in: a pull that failed once is retried with back-off,
+#: but an image that does not exist never arrives.
+STUCK_REASONS: dict[str, str] = {
+    "ErrImageNeverPull": "the image is not on the node, and its pull policy Never forbids a "
+                         "pull: load it onto the nodes, or change the stage's image",
+    "ErrImagePull": "the image cannot be pulled: check its name and tag, the registry, and "
+                    "the pipeline's image_pull_secrets",
+    "ImagePullBackOff": "the image cannot be pulled: check its name and tag, the registry, "
+                        "and the pipeline's image_pull_secrets",
+    "InvalidImageName": "the image's name is not a valid reference: fix the stage's image",
+    "CreateContainerConfigError": "a Secret or ConfigMap the container reads is missing: "
+                                  "create it (durapipe doctor checks the pipeline's)",
+    "CreateContainerError": "the runtime could not create the container: see the pod's events",
+}
 #: Node phases that end a node.
 DONE_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 # Counts and limits are bounded in digits: ``int()`` refuses a 4,300-digit string (and a
@@ -76,6 +96,13 @@ class AttemptReport:
     resumed_from: str = ""
     #: The checkpoint line it restored from, as the runtime reported it.
     checkpoint_line: str = ""
+    #: The node its pod was placed on (``""``: never scheduled).
+    host_node: str = ""
+    #: A multi-node attempt: its JobSet, and the JobSet's restarts (each re-creates every
+    #: pod), all of them and those that count toward ``maxRestarts``; ``None``: not read.
+    jobset: str = ""
+    restarts: int | None = None
+    restarts_counted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +134,15 @@ class StageReport:
     #: resubmitted with the same inputs resumes its predecessor's line), ``""`` if fresh.
     resumed_from: str = ""
     checkpoint_line: str = ""
+    #: A multi-node stage: its JobSets' restarts, all and counted toward ``maxRestarts``
+    #: (the rest are preemptions, which JobSet ignores), and ``maxRestarts`` itself.
+    multinode: bool = False
+    restarts: int = 0
+    restarts_counted: int = 0
+    max_restarts: int | None = None
+    #: A memoized stage that missed: which component of its key changed against the newest
+    #: entry of the stage in its cache (``memo.explain_miss``); ``""`` if not known.
+    cache_miss: str = ""
 
 
 @dataclass
@@ -242,9 +278,10 @@ _TEMPLATE = _Object({
 _NODE = _Object({
     "id": _PLAIN, "name": _PLAIN, "displayName": _PLAIN, "type": _PLAIN, "phase": _PLAIN,
     "message": _PLAIN, "startedAt": _PLAIN, "finishedAt": _PLAIN, "templateName": _PLAIN,
+    "hostNodeName": _PLAIN,
     "templateScope": _PLAIN, "templateRef": _TEMPLATE_REF,
     "inputs": _Object({"parameters": _PARAMETERS}), "outputs": _Object({"exitCode": _PLAIN}),
-    "memoizationStatus": _Object({"hit": _PLAIN}),
+    "memoizationStatus": _Object({"hit": _PLAIN, "key": _PLAIN, "cacheName": _PLAIN}),
 })
 #: Every part of a Workflow object that ``interpret`` (and ``durapipe watch``) reads.
 _WORKFLOW = _Object({
@@ -305,6 +342,154 @@ class _Templates:
 
     def all(self) -> Iterable[tuple[tuple[str, str], Json]]:
         return self.by_key.items()
+
+
+class _NoAliases(yaml.SafeLoader):  # type: ignore[misc]
+    """A YAML loader that refuses anchors: a manifest from the API server is text anyone
+    with `create workflows` wrote, and aliases let a few bytes expand without bound."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("an alias in a JobSet manifest")
+        return super().compose_node(parent, index)
+
+
+#: Manifests durapipe writes are a few KB; a longer one is not read for the report.
+_MANIFEST_LIMIT = 256 * 1024
+
+
+@dataclass(frozen=True)
+class _JobSetPlan:
+    """What a multi-node stage's JobSet manifest (a resource template's) says its pods run."""
+
+    gpu_type: str
+    memory: str
+    max_restarts: int | None
+
+
+def _jobset_plan(tmpl: Json | None) -> _JobSetPlan | None:
+    manifest = ((tmpl or {}).get("resource") or {}).get("manifest") if tmpl else None
+    if not isinstance(manifest, str) or len(manifest) > _MANIFEST_LIMIT:
+        return None
+    try:
+        doc = yaml.load(manifest, Loader=_NoAliases)  # noqa: S506 (a safe loader, no aliases)
+    except (yaml.YAMLError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != "JobSet":
+        return None
+    max_restarts = _dig(doc, "spec", "failurePolicy", "maxRestarts")
+    if max_restarts is None and isinstance(_dig(doc, "spec"), dict):
+        max_restarts = 0  # JobSet's default
+    env: dict[str, str] = {}
+    memory = ""
+    for job in _list(_dig(doc, "spec", "replicatedJobs")):
+        pod = _dig(job, "template", "spec", "template", "spec")
+        for container in _list(_dig(pod, "containers")):
+            if isinstance(container, dict) and container.get("name") == "main":
+                env = {str(e.get("name")): str(e.get("value")) for e in
+                       _list(container.get("env")) if isinstance(e, dict) and "value" in e}
+                limit = _dig(container, "resources", "limits", "memory")
+                memory = str(limit) if isinstance(limit, (str, int)) else ""
+                break
+        if env:
+            break
+    return _JobSetPlan(
+        gpu_type=env.get(contract.ENV_GPU_TYPE, ""), memory=memory,
+        max_restarts=_count(max_restarts))
+
+
+def _dig(value: object, *path: str) -> object:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and 0 <= value < 10**9 else None
+
+
+def _components(text: object) -> dict[str, object] | None:
+    if not isinstance(text, str) or len(text) > _MANIFEST_LIMIT:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _own_components(node: Json) -> dict[str, object] | None:
+    return _components(_params(node).get(memo.COMPONENTS_PARAM))
+
+
+def missed_caches(wf: Mapping[str, Any]) -> set[str]:
+    """The memoization ConfigMaps whose entries explain this run's misses: those of its
+    memoized nodes that missed and recorded their key's components."""
+    try:
+        nodes = (check_shape(wf).get("status") or {}).get("nodes") or {}
+    except MalformedWorkflow:
+        return set()
+    return {str(m["cacheName"]) for n in nodes.values()
+            if isinstance(m := n.get("memoizationStatus"), dict) and not m.get("hit")
+            and m.get("cacheName") and _own_components(n) is not None}
+
+
+def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
+    """Why ``node`` (a memoized stage node) missed, from its cache's entries."""
+    status = node.get("memoizationStatus") or {}
+    current = _own_components(node)
+    if not status or status.get("hit") or current is None:
+        return ""
+    data = caches.get(str(status.get("cacheName", "")))
+    if not isinstance(data, dict):
+        return "its cache could not be read"
+    entries: list[tuple[str, Mapping[str, object]]] = []
+    for key, text in data.items():
+        if key == status.get("key"):
+            continue  # the entry this run wrote itself once the stage succeeded
+        entry = _components(text)
+        outputs = entry.get("outputs") if entry else None
+        params = outputs.get("parameters") if isinstance(outputs, dict) else None
+        for param in params if isinstance(params, list) else ():
+            if isinstance(param, dict) and param.get("name") == memo.COMPONENTS_PARAM:
+                record = _components(param.get("value"))
+                if record is not None:
+                    entries.append((str((entry or {}).get("creationTimestamp", "")), record))
+    return memo.explain_miss(current, entries)
+
+
+def has_jobsets(wf: Mapping[str, Any]) -> bool:
+    """Whether the Workflow has a multi-node stage (a resource template creating a JobSet)."""
+    try:
+        templates = _Templates(check_shape(wf))
+    except MalformedWorkflow:
+        return False
+    return any(_jobset_plan(tmpl) is not None for _key, tmpl in templates.all())
+
+
+def _jobset_for(node: Json, stage: str, jobsets: Sequence[Json],
+                taken: set[str]) -> Json | None:
+    """The JobSet an attempt created: the one its ``jobset-name`` output names, else the
+    oldest not yet matched that is labelled with the stage (the output is written only when
+    the resource template ends)."""
+    outputs = {str(p.get("name")): str(p.get("value", "")) for p in
+               (node.get("outputs") or {}).get("parameters") or () if isinstance(p, dict)}
+    named = outputs.get("jobset-name", "")
+    for js in jobsets:
+        name = str(_dig(js, "metadata", "name") or "")
+        if named and name == named:
+            return js
+    if named:
+        return None
+    for js in jobsets:
+        name = str(_dig(js, "metadata", "name") or "")
+        if name not in taken and _dig(js, "metadata", "labels", LABEL_STAGE) == stage:
+            return js
+    return None
 
 
 def _env(tmpl: Json) -> dict[str, str]:
@@ -430,10 +615,20 @@ def _attempt(node: Json, tmpl: Json) -> AttemptReport:
     message = str(node.get("message", ""))
     exit_code = str((node.get("outputs") or {}).get("exitCode", ""))
     verdict, reason = verdict_of(phase, message, exit_code)
+    host_node = str(node.get("hostNodeName") or "")
     if verdict == ERROR and message == "timeout" and tmpl.get("pendingTimeout"):
-        # The controller failed the pod while it waited for capacity (and deleted it): the
-        # GPU type gave way to the next one.
-        verdict, reason = PENDING_TIMEOUT, f"no capacity within {tmpl['pendingTimeout']}"
+        # The controller failed the pod while it was Pending (and deleted it). Unscheduled,
+        # the GPU type gave way to the next one; on a node, the attempt goes on on this type
+        # (docs/lowering.md, "GPU fallback").
+        verdict, reason = PENDING_TIMEOUT, (
+            f"on node {host_node} but not started within {tmpl['pendingTimeout']}; the stage "
+            "stays on this GPU type" if host_node else
+            f"no capacity within {tmpl['pendingTimeout']}")
+    elif stuck := stuck_reason(message):
+        if phase == "Pending":
+            verdict, reason = STUCK, stuck
+        elif verdict == ERROR:  # it ended, by its deadline or a deletion, without starting
+            reason = f"{message} ({stuck})"
     outputs = {str(p.get("name")): str(p.get("value", "")) for p in
                (node.get("outputs") or {}).get("parameters") or () if isinstance(p, dict)}
     restore = resume_report.parse(outputs.get(RESUMED_FROM_OUTPUT, ""))
@@ -444,7 +639,19 @@ def _attempt(node: Json, tmpl: Json) -> AttemptReport:
         rung=_int(env.get(contract.ENV_RUNG)), memory=_memory(env, params, tmpl),
         gpu_type=env.get(contract.ENV_GPU_TYPE, ""), phase=phase, verdict=verdict,
         exit_code=exit_code, message=message, reason=reason,
-        started_at=str(node.get("startedAt") or ""), finished_at=str(node.get("finishedAt") or ""))
+        started_at=str(node.get("startedAt") or ""), finished_at=str(node.get("finishedAt") or ""),
+        host_node=host_node)
+
+
+def stuck_reason(message: str) -> str:
+    """What a Pending pod's message (Argo's pending reason: the first waiting container's
+    ``Reason: message``) says about a start that will not happen by waiting, ``""`` if it
+    does not; also reads Argo's ``Pod failed before main container starts due to ...``."""
+    head = message.removeprefix("Pod failed before ")
+    if head is not message:
+        _, _, head = head.partition(" due to ")
+    reason = head.partition(":")[0].strip()
+    return STUCK_REASONS.get(reason, "")
 
 
 @dataclass
@@ -563,10 +770,22 @@ def checkpoint_lines(wf: object) -> dict[str, str]:
     return lines
 
 
-def interpret(wf: object) -> RunReport:
+def interpret(wf: object, jobsets: Iterable[object] = (),
+              caches: Mapping[str, object] | None = None) -> RunReport:
     """The stage report of one Workflow object (any phase, any point of its run), as the API
-    server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``)."""
+    server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``).
+
+    ``jobsets``: the JobSets of the run's multi-node stages (``jobsets_of``), whose restarts
+    the Workflow does not record; other objects in it are ignored.  ``caches``: the data of
+    the memoization ConfigMaps it uses (``missed_caches``), which say why a stage missed."""
     checked = check_shape(wf)
+    own_uid = (checked.get("metadata") or {}).get("uid")
+    owned = sorted((js for js in jobsets if isinstance(js, dict) and (
+        own_uid is None or any(isinstance(ref, dict) and ref.get("uid") == own_uid
+                               for ref in _list(_dig(js, "metadata", "ownerReferences"))))),
+        key=lambda js: (str(_dig(js, "metadata", "creationTimestamp") or ""),
+                        str(_dig(js, "metadata", "name") or "")))
+    taken: set[str] = set()
     meta, status = checked.get("metadata") or {}, checked.get("status") or {}
     templates = _Templates(checked)
     plans = _planned(templates)
@@ -574,6 +793,7 @@ def interpret(wf: object) -> RunReport:
     nodes.sort(key=lambda n: (str(n.get("startedAt") or "~"), str(n.get("id", ""))))
     by_stage: dict[str, list[AttemptReport]] = {s: [] for s in plans}
     notes: dict[str, str] = {}
+    multinode: dict[str, _JobSetPlan] = {}
     for node in nodes:
         if node.get("type") != "Pod":
             continue
@@ -586,7 +806,19 @@ def interpret(wf: object) -> RunReport:
             if labelled is not None and node.get("message"):
                 notes[labelled] = str(node["message"])
             continue
-        by_stage.setdefault(stage, []).append(_attempt(node, tmpl))
+        attempt = _attempt(node, tmpl)
+        js_plan = _jobset_plan(tmpl)
+        if js_plan is not None:
+            js = _jobset_for(node, stage, owned, taken)
+            name = str(_dig(js, "metadata", "name") or "") if js is not None else ""
+            taken.add(name)
+            attempt = replace(
+                attempt, memory=js_plan.memory, gpu_type=js_plan.gpu_type, jobset=name,
+                restarts=_count(_dig(js, "status", "restarts") or 0) if js else None,
+                restarts_counted=_count(_dig(js, "status", "restartsCountTowardsMax") or 0)
+                if js else None)
+            multinode[stage] = js_plan
+        by_stage.setdefault(stage, []).append(attempt)
     stages = []
     for stage, attempts in by_stage.items():
         plan = plans.get(stage, _Planned())
@@ -604,13 +836,25 @@ def interpret(wf: object) -> RunReport:
         ran = next((a for a in reversed(attempts) if a.verdict == contract.VERDICT_SUCCESS),
                    attempts[-1] if attempts else None)
         first = next((a for a in attempts if a.checkpoint_line), None)
+        restarts = sum(a.restarts or 0 for a in attempts)
+        counted = min(sum(a.restarts_counted or 0 for a in attempts), restarts)
+        jobset_plan = multinode.get(stage)
         stages.append(StageReport(
+            multinode=jobset_plan is not None, restarts=restarts, restarts_counted=counted,
+            max_restarts=jobset_plan.max_restarts if jobset_plan else None,
             stage=stage, phase=phase, cache_hit=bool(hit), attempts=attempts,
             preemptions=BudgetUse(verdicts.count(contract.VERDICT_PREEMPTED),
-                                  plan.preemption_limit),
-            # Application attempts that failed, of the 1 + ``retry.attempts`` the stage has.
+                                  plan.preemption_limit) if jobset_plan is None else
+            # JobSet restarts the pods after a disruption without counting it (and without
+            # a limit: RestartJobSetAndIgnoreMaxRestarts).
+            BudgetUse(restarts - counted, None),
+            # Application attempts that failed, of the 1 + ``retry.attempts`` the stage has;
+            # of a JobSet, its counted restarts, and its end if it failed, of 1 + maxRestarts.
             failures=BudgetUse(verdicts.count(contract.VERDICT_APP_FAILURE)
-                               + verdicts.count(contract.VERDICT_GPU_OOM), plan.attempts_limit + 1),
+                               + verdicts.count(contract.VERDICT_GPU_OOM), plan.attempts_limit + 1)
+            if jobset_plan is None else BudgetUse(
+                counted + sum(a.phase in ("Failed", "Error") for a in attempts[-1:]),
+                None if jobset_plan.max_restarts is None else jobset_plan.max_restarts + 1),
             oom=BudgetUse(verdicts.count(contract.VERDICT_HOST_OOM),
                           max(len(plan.rungs) - 1, 0)),
             rungs=max(len(plan.rungs), 1),
@@ -619,6 +863,8 @@ def interpret(wf: object) -> RunReport:
             message=notes.get(stage) or (str(own.get("message", "")) if own is not None else ""),
             resumed_from=first.resumed_from if first else "",
             checkpoint_line=first.checkpoint_line if first else "",
+            cache_miss=_cache_miss(own, caches) if own is not None and caches is not None
+            and not hit else "",
         ))
     return RunReport(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")),
@@ -670,7 +916,7 @@ def table(report: RunReport) -> list[str]:
     rows = [head]
     for s in report.stages:
         rows.append((
-            s.stage, s.phase, str(len(s.attempts)),
+            s.stage, s.phase, str(len(s.attempts) + s.restarts),
             _budget(s.preemptions),
             _budget(s.failures), f"{s.oom.used} (rung {(s.rung or 0) + 1}/{s.rungs})"
             if s.rungs > 1 else str(s.oom.used),
@@ -689,12 +935,37 @@ def render(report: RunReport) -> str:
     ended = [s for s in report.stages if s.phase in ("Failed", "Error") and s.message]
     if ended:
         lines += [""] + [f"{s.stage}: {s.message}" for s in ended]
+    multinode = [s for s in report.stages if s.multinode and s.attempts]
+    if multinode:
+        lines += ["", "Multi-node stages (JobSet restarts re-create every pod):"]
+        for s in multinode:
+            names = ", ".join(a.jobset or "(not found)" for a in s.attempts)
+            limit = f" of maxRestarts {s.max_restarts}" if s.max_restarts is not None else ""
+            lines.append(f"  {s.stage}: {names}: {s.restarts} restart(s), {s.restarts_counted}"
+                         f" counted{limit}, {s.restarts - s.restarts_counted} not counted "
+                         "(disruptions: preemptions, node maintenance)"
+                         if any(a.restarts is not None for a in s.attempts) else
+                         f"  {s.stage}: {names}: restarts not known (its JobSet was not read)")
+    missed = [s for s in report.stages if s.cache_miss]
+    if missed:
+        lines += ["", "Cache misses (what changed against the newest entry of the stage):"]
+        lines += [f"  {s.stage}: {s.cache_miss}" for s in missed]
     resumed = [s for s in report.stages if s.resumed_from]
     if resumed:
         lines += ["", "Resumed from checkpoints:"]
         lines += [f"  {s.stage}: {s.resumed_from} of {s.checkpoint_line}" for s in resumed]
+    stuck = [(s.stage, a) for s in report.stages for a in s.attempts if a.verdict == STUCK]
+    if stuck:
+        lines += ["", "Cannot start (Argo keeps such a pod Pending and never fails it: the "
+                  "attempt waits for its timeout, if the stage has one, or for durapipe stop):"]
+        for stage, a in stuck:
+            where = ", ".join(x for x in (f"attempt {a.attempt}" if a.attempt is not None else "",
+                                          a.gpu_type, f"node {a.host_node}" if a.host_node
+                                          else "") if x)
+            lines.append(f"  {stage} {a.node} [{where}]: {a.reason}")
+            lines.append(f"    {a.message}")
     failed = [(s.stage, a) for s in report.stages for a in s.attempts
-              if a.verdict not in (contract.VERDICT_SUCCESS, RUNNING)]
+              if a.verdict not in (contract.VERDICT_SUCCESS, RUNNING, STUCK)]
     if failed:
         lines += ["", "Failed attempts:"]
         for stage, a in failed:
@@ -713,5 +984,5 @@ EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 __all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
            "check_shape", "checkpoint_lines", "workflow_parameters", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
-           "verdict_of",
+           "has_jobsets", "missed_caches", "stuck_reason", "verdict_of", "STUCK", "STUCK_REASONS",
            "EXIT_CODES"]

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from durapipe.cluster import run_status
 from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
-from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
+from durapipe.compiler.argo_pod import LABEL_PIPELINE, RESUME_FROM_PARAM
 from durapipe.compiler.checkpoint_gc import is_collector
 from durapipe.dsl.arguments import parse_assignments
 
@@ -69,6 +69,10 @@ def add_status_arguments(parser: argparse.ArgumentParser, *, watch: bool = False
     parser.add_argument("run", metavar="RUN", help="the Workflow's name")
     if not watch:
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument("--argo-namespace", default="argo", metavar="NS",
+                            help="the namespace of Argo's controller, where it keeps the "
+                                 "memoization caches that say why a stage missed "
+                                 "(default: argo)")
     add_connection_arguments(parser)
 
 
@@ -403,18 +407,46 @@ def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 # -- status and watch -------------------------------------------------------------------------
 
 
-def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any]) -> run_status.RunReport:
+def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
+                       with_jobsets: bool = True,
+                       caches: Mapping[str, object] | None = None) -> run_status.RunReport:
+    """The run's report; with its JobSets read too where it has multi-node stages (one list
+    call), unless ``with_jobsets`` is false (many runs at once: `durapipe list`)."""
+    jobsets: list[dict[str, Any]] = []
+    pipeline = ((wf.get("metadata") or {}).get("labels") or {}).get(LABEL_PIPELINE)
+    if with_jobsets and isinstance(pipeline, str) and run_status.has_jobsets(wf):
+        try:
+            jobsets = cluster.list_jobsets(f"{LABEL_PIPELINE}={pipeline}")
+        except ClusterError:
+            pass  # the report then says the restarts are not known (RBAC, or no JobSet CRD)
     try:
-        return run_status.interpret(wf)
+        return run_status.interpret(wf, jobsets, caches)
     except run_status.MalformedWorkflow as exc:
         raise ClusterError(f"the API server at {cluster.server} returned a Workflow {name} "
                            f"that durapipe cannot read: {exc}") from None
 
 
+def read_caches(cluster: Cluster, wf: Mapping[str, Any], argo_namespace: str) -> dict[str, object]:
+    """The memoization ConfigMaps that explain the run's cache misses: in the controller's
+    namespace (where Argo v4.1.2 writes them), else the run's; one that cannot be read (no
+    `get` of configmaps there) is left out, and its misses say so."""
+    caches: dict[str, object] = {}
+    for name in sorted(run_status.missed_caches(wf)):
+        for namespace in dict.fromkeys((argo_namespace, cluster.namespace)):
+            try:
+                caches[name] = cluster.config_map_data(name, namespace)
+                break
+            except ClusterError:
+                continue
+    return caches
+
+
 def status(args: argparse.Namespace) -> int:
     try:
         cluster = connect(args.kubeconfig, args.context, args.namespace)
-        report = interpret_workflow(cluster, args.run, cluster.get("Workflow", args.run))
+        wf = cluster.get("Workflow", args.run)
+        report = interpret_workflow(cluster, args.run, wf,
+                                    caches=read_caches(cluster, wf, args.argo_namespace))
     except ClusterError as exc:
         return print_failure(str(exc))
     if args.json:

@@ -225,6 +225,28 @@ def test_logs_of_each_attempt_by_stage_name(
     assert all("container=main" in p for p in logs_asked)
 
 
+def test_logs_follow_streams_the_log_through_the_installed_client(
+        api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``-f`` asks for ``follow=true`` with no read timeout; the client durapipe runs under
+    (pydantic-validated from v36 on) must accept that request, and each line is printed as it
+    arrives, a partial last line too."""
+    from tests.cluster.fake_api import Raw
+
+    wf = recorded("oom-ladder", 0, name="run-1")
+    api.routes[("GET", f"{BASE}/ml/workflows/run-1")] = (200, wf)
+    api.routes[("GET", PODS)] = (200, _pods_for(wf))
+    stage, nodes = next(iter(run_status.stage_pods(wf).items()))
+    log = "step 1\n" + "x" * 10_000 + "\nlast, unterminated"
+    api.routes[("GET", f"{PODS}/{_pod_name(wf, nodes[-1])}/log")] = (
+        200, Raw(log.encode(), "text/plain"))
+    code, out, err = run(capsys, "logs", "run-1", stage, "-f", "-n", "ml",
+                         "--kubeconfig", str(api.kubeconfig(tmp_path)))
+    assert code == 0, err
+    assert out == log + "\n"
+    asked = [p for m, p, _ in api.requests if p.split("?")[0].endswith("/log")]
+    assert len(asked) == 1 and "follow=true" in asked[0] and "container=main" in asked[0]
+
+
 def test_logs_refuses_what_it_cannot_find_in_one_line(
         api: FakeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wf = recorded("oom-ladder", 0, name="run-1")

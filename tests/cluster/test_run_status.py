@@ -313,3 +313,207 @@ def test_numbers_past_int_limits_read_as_text() -> None:
 def test_a_verdict_line_nested_past_the_parser_depth_is_text() -> None:
     message = f"{contract.VERDICT_TAG}app_failure " + "[" * 5000
     assert verdict_of("Failed", message, "1") == ("app_failure", "[" * 5000)
+
+
+NEVER_PULL = ('ErrImageNeverPull: Container image "registry.example/acme/finetune:missing" is '
+              'not present with pull policy of Never')
+
+
+def _fallback_stuck_on_the_first_type() -> dict[str, Any]:
+    """The gpu-fallback recording as it stood while its first type's pod sat on a node whose
+    runtime cannot start it: Argo's node is Pending with the container's waiting reason."""
+    wf = load_recorded("gpu-fallback")
+    nodes = wf["status"]["nodes"]
+    for key in [k for k, n in nodes.items() if n["type"] != "DAG"
+                and not n["displayName"] == "finetune-h100"]:
+        del nodes[key]
+    (probe,) = [n for n in nodes.values() if n["displayName"] == "finetune-h100"]
+    probe.update(phase="Pending", message=NEVER_PULL, hostNodeName="gpu-node-7")
+    probe.pop("finishedAt", None)
+    for node in nodes.values():
+        if node["type"] == "DAG":
+            node["phase"] = "Running"
+    wf["status"]["phase"] = "Running"
+    return wf
+
+
+def test_a_pod_that_cannot_start_its_image_says_so_and_what_to_do() -> None:
+    report = interpret(_fallback_stuck_on_the_first_type())
+    (attempt,) = stage(report, "finetune").attempts
+    assert (attempt.verdict, attempt.gpu_type, attempt.host_node) == (
+        run_status.STUCK, "H100", "gpu-node-7")
+    assert attempt.reason == run_status.STUCK_REASONS["ErrImageNeverPull"]
+    text = run_status.render(report)
+    assert ("  finetune finetune-h100 [attempt 0, H100, node gpu-node-7]: the image is not on "
+            "the node, and its pull policy Never forbids a pull") in text
+    assert f"    {NEVER_PULL}\n" in text
+    assert "never fails it" in text and "Failed attempts" not in text
+
+
+@pytest.mark.parametrize(("message", "cause"), [
+    (NEVER_PULL, "ErrImageNeverPull"),
+    ('ImagePullBackOff: Back-off pulling image "acme/x:1"', "ImagePullBackOff"),
+    ("InvalidImageName: Failed to apply default image tag \"Acme/X\"", "InvalidImageName"),
+    ('CreateContainerConfigError: secret "s3-creds" not found', "CreateContainerConfigError"),
+    (f"Pod failed before main container starts due to {NEVER_PULL}", "ErrImageNeverPull"),
+])
+def test_waiting_reasons_that_waiting_does_not_mend(message: str, cause: str) -> None:
+    assert run_status.stuck_reason(message) == run_status.STUCK_REASONS[cause]
+
+
+@pytest.mark.parametrize("message", [
+    "ContainerCreating", "PodInitializing", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    "", "timeout", "Pod failed before main container starts due to ContainerCreating: x"])
+def test_waits_that_end_by_themselves_are_not_called_stuck(message: str) -> None:
+    assert run_status.stuck_reason(message) == ""
+
+
+def test_a_pending_timeout_on_a_node_says_the_stage_stays_on_its_type() -> None:
+    """A probe that reached a node and was still Pending at its wait (an image pulling, or one
+    that never arrives) continues on its type: `status` must not call it a stockout."""
+    wf = load_recorded("gpu-fallback")
+    (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
+    probe["hostNodeName"] = "gpu-node-7"
+    first = stage(interpret(wf), "finetune").attempts[0]
+    assert first.verdict == run_status.PENDING_TIMEOUT
+    assert first.reason == ("on node gpu-node-7 but not started within 30m; the stage stays on "
+                            "this GPU type")
+
+
+def test_an_attempt_ended_before_its_image_started_keeps_the_cause() -> None:
+    wf = _fallback_stuck_on_the_first_type()
+    (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
+    probe.update(phase="Error", message=f"Pod failed before main container starts due to "
+                 f"{NEVER_PULL}", finishedAt=probe["startedAt"])
+    (attempt,) = stage(interpret(wf), "finetune").attempts
+    assert attempt.verdict == run_status.ERROR
+    assert attempt.reason.endswith(f"({run_status.STUCK_REASONS['ErrImageNeverPull']})")
+
+
+def _multinode_run(jobset_status: dict[str, Any] | None,
+                   phase: str = "Succeeded") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """examples/multinode_pretrain.pipe's compiled Workflow as the controller leaves it after
+    its resource node ended, and the JobSet that node created (owned by the Workflow)."""
+    from durapipe.compiler import compile_pipeline
+
+    loaded = load_path(str(REPO / "examples" / "multinode_pretrain.pipe")).pipeline
+    (wf,) = [d for d in compile_pipeline(loaded).documents if d["kind"] == "Workflow"]
+    wf = copy.deepcopy(wf)
+    wf["metadata"].update(name="pretrain-7b-x1", uid="wf-uid-1")
+    js_name = "pretrain-7b-x1-pretrain-abcde"
+    wf["status"] = {"phase": phase, "startedAt": "2026-12-03T10:00:00Z", "nodes": {
+        "pretrain-7b-x1": {"id": "pretrain-7b-x1", "name": "pretrain-7b-x1", "type": "DAG",
+                           "displayName": "pretrain-7b-x1", "templateName": "main",
+                           "phase": phase, "startedAt": "2026-12-03T10:00:00Z"},
+        "pretrain-7b-x1-1": {
+            "id": "pretrain-7b-x1-1", "name": "pretrain-7b-x1.pretrain", "type": "Pod",
+            "displayName": "pretrain", "templateName": "pretrain", "phase": phase,
+            "startedAt": "2026-12-03T10:00:01Z",
+            "outputs": {"parameters": [{"name": "jobset-name", "value": js_name}]}}}}
+    jobsets = [{"metadata": {
+        "name": js_name, "creationTimestamp": "2026-12-03T10:00:02Z",
+        "labels": {"durapipe.dev/stage": "pretrain"},
+        "ownerReferences": [{"kind": "Workflow", "name": "pretrain-7b-x1", "uid": "wf-uid-1"}]},
+        "status": jobset_status}] if jobset_status is not None else []
+    return wf, jobsets
+
+
+def test_a_multinode_stage_counts_its_jobset_restarts_and_shows_its_pods_hardware() -> None:
+    wf, jobsets = _multinode_run({"restarts": 3, "restartsCountTowardsMax": 1,
+                                  "terminalState": "Completed"})
+    # Another run's JobSet of the same stage is not this run's.
+    jobsets.append({"metadata": {"name": "other", "labels": {"durapipe.dev/stage": "pretrain"},
+                                 "ownerReferences": [{"uid": "wf-uid-2"}]},
+                    "status": {"restarts": 9}})
+    report = interpret(wf, jobsets)
+    s = stage(report, "pretrain")
+    assert (s.multinode, s.restarts, s.restarts_counted, s.max_restarts) == (True, 3, 1, 2)
+    assert s.preemptions == BudgetUse(2, None) and s.failures == BudgetUse(1, 3)
+    assert (s.memory, s.gpu_type) == ("1Ti", "H100")
+    (row,) = [r.split() for r in run_status.table(report) if r.startswith("pretrain ")]
+    assert row == ["pretrain", "Succeeded", "4", "2", "1/3", "0", "1Ti", "H100", "-"]
+    assert ("  pretrain: pretrain-7b-x1-pretrain-abcde: 3 restart(s), 1 counted of maxRestarts "
+            "2, 2 not counted") in run_status.render(report)
+
+
+def test_a_failed_jobset_spends_its_last_try_and_an_unread_one_says_so() -> None:
+    wf, jobsets = _multinode_run({"restarts": 2, "restartsCountTowardsMax": 2,
+                                  "terminalState": "Failed"}, phase="Failed")
+    assert stage(interpret(wf, jobsets), "pretrain").failures == BudgetUse(3, 3)
+    unread = interpret(wf)  # no JobSet could be listed (RBAC, or its CRD is absent)
+    s = stage(unread, "pretrain")
+    assert (s.restarts, s.gpu_type, s.memory) == (0, "H100", "1Ti")
+    assert "  pretrain: (not found): restarts not known" in run_status.render(unread)
+
+
+@pytest.mark.parametrize("manifest", [
+    "a: &x [1]\nb: [*x, *x]\nkind: JobSet\n",  # aliases: refused, not expanded
+    "kind: JobSet\nspec: [1, 2]\n", "kind: [JobSet]\n", "{{{", "x" * 300_000, 7])
+def test_a_hostile_jobset_manifest_reads_as_no_multinode_stage(manifest: object) -> None:
+    wf, _ = _multinode_run(None)
+    (tmpl,) = [t for t in wf["spec"]["templates"] if "resource" in t]
+    tmpl["resource"]["manifest"] = manifest
+    s = stage(interpret(wf), "pretrain")
+    assert not s.multinode or s.max_restarts is None
+
+
+@pytest.mark.parametrize("status", [
+    {"restarts": "3"}, {"restarts": -1}, {"restarts": 10**30}, {"restarts": True}, [], "x"])
+def test_hostile_jobset_counts_read_as_unknown(status: object) -> None:
+    wf, jobsets = _multinode_run({"restarts": 0})
+    jobsets[0]["status"] = status
+    s = stage(interpret(wf, jobsets), "pretrain")
+    assert s.restarts == 0 and s.restarts_counted == 0
+    run_status.render(interpret(wf, jobsets))
+
+
+def _missed_run(record: dict[str, Any]) -> dict[str, Any]:
+    """The cache-hit recording's first run, its train node a miss that recorded ``record``."""
+    wf = load_recorded("cache-hit", 0)
+    (own,) = [n for n in wf["status"]["nodes"].values()
+              if n["displayName"] == "train" and n["type"] != "Pod"]
+    own["memoizationStatus"] = {"hit": False, "key": "k-now", "cacheName": "durapipe-cache-x"}
+    own.setdefault("inputs", {}).setdefault("parameters", []).append(
+        {"name": memo.COMPONENTS_PARAM, "value": json.dumps(record)})
+    return wf
+
+
+def _entry(record: dict[str, Any], created: str) -> str:
+    return json.dumps({"nodeID": "old-run-123", "creationTimestamp": created, "outputs": {
+        "parameters": [{"name": "model-hash", "value": "m"},
+                       {"name": memo.COMPONENTS_PARAM, "value": json.dumps(record)}]}})
+
+
+RECORD = {"stage": "train", "static": "s" * 64, "image": "acme/train:1", "command": "sha256:1",
+          "env": "sha256:2", "version": "", "schema": "1", "params": {"max_depth": "9"},
+          "upstream": {"prep.data": "a" * 64}}
+
+
+def test_status_names_what_changed_against_the_newest_entry_of_the_stage() -> None:
+    wf = _missed_run(RECORD)
+    assert run_status.missed_caches(wf) == {"durapipe-cache-x"}
+    older = {**RECORD, "params": {"max_depth": "7"}, "image": "acme/train:0"}
+    newer = {**RECORD, "params": {"max_depth": "8"}, "upstream": {"prep.data": "b" * 64}}
+    caches = {"durapipe-cache-x": {
+        "k1": _entry(older, "2026-12-01T10:00:00Z"), "k2": _entry(newer, "2026-12-02T10:00:00Z"),
+        "k3": _entry({**RECORD, "stage": "prep"}, "2026-12-03T10:00:00Z"),  # another stage's
+        "k-now": _entry(RECORD, "2026-12-03T11:00:00Z"),  # this run's own, once it succeeded
+        "k4": "not json", "k5": json.dumps([1]), "k6": _entry({"stage": "train"}, "0")}}
+    report = interpret(wf, caches=caches)
+    assert stage(report, "train").cache_miss == (
+        f"param max_depth: '8' -> '9'; upstream prep.data: {'b' * 12}… -> {'a' * 12}…")
+    assert ("Cache misses (what changed against the newest entry of the stage):\n"
+            "  train: param max_depth: '8' -> '9'") in run_status.render(report)
+    # Stages that hit, or whose cache was not read, say nothing or say so.
+    assert stage(report, "prep").cache_miss == ""
+    assert stage(interpret(wf, caches={}), "train").cache_miss == "its cache could not be read"
+    assert stage(interpret(wf), "train").cache_miss == ""
+
+
+def test_explain_miss_says_when_nothing_changed_or_nothing_came_before() -> None:
+    assert memo.explain_miss(RECORD, []) == "no earlier cache entry for this stage"
+    assert memo.explain_miss(RECORD, [("1", RECORD)]).startswith("an entry with these inputs")
+    moved = {**RECORD, "image": "acme/train:2", "command": "sha256:9", "version": "3"}
+    assert memo.explain_miss(moved, [("1", RECORD)]) == (
+        "image: 'acme/train:1' -> 'acme/train:2'; command changed; cache version: '' -> '3'")
+    assert memo.explain_miss({"stage": "train"}, [("1", RECORD)]) == ""  # not a record

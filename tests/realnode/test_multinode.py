@@ -131,6 +131,16 @@ def test_a_two_pod_jobset_restarts_on_an_eviction_and_resumes_from_rank_0(
     assert status.get("restartsCountTowardsMax", 0) == 0  # the eviction spent no max_restarts
     assert status.get("terminalState") == "Completed"
 
+    # `durapipe status` reads the JobSet too: two attempts (the restart re-created both pods),
+    # the eviction as a preemption JobSet did not count, no failure of the 1 + 2 allowed, and
+    # the pods' GPU type and memory.
+    report = pl.durapipe("status", name, "-n", NS, real=real).stdout
+    print(report)
+    (row,) = [line.split() for line in report.splitlines() if line.startswith("pretrain ")]
+    assert row == ["pretrain", "Succeeded", "2", "1", "0/3", "0", "192Mi", "A10G", "-"], row
+    assert (f"  pretrain: {js['metadata']['name']}: 1 restart(s), 0 counted of maxRestarts 2, "
+            "1 not counted") in report, report
+
     # The restart's pods: every rank resumed at rank 0's last committed step, not at 0.
     after = jobset_pods(real)
     assert node0 not in {p["metadata"]["name"] for p in after}

@@ -5,6 +5,8 @@ once that budget is spent, after about two deadlines of real time."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from . import pipelines as pl
@@ -40,7 +42,30 @@ def test_each_attempt_ends_at_its_deadline_and_spends_the_preemption_budget(real
                                                                              tmp_path) -> None:
     source = tmp_path / "slow.pipe"
     source.write_text(SOURCE)
-    name, wf, took = pl.run_to_end(real, source, tmp_path, "slow", NS, timeout=300)
+    pl.deploy(real, source, tmp_path / "deploy")
+    t0 = time.monotonic()
+    name = pl.submit(real, "slow", NS)
+
+    # `durapipe logs -f` on the first attempt's real pod: the line the program wrote, then the
+    # end of the follow when the kubelet stops the container at its deadline, not before.
+    while not any(c.get("state", {}).get("running") for p in pl.pods_of(real, name, NS)
+                  for c in p.get("status", {}).get("containerStatuses", ())
+                  if c["name"] == "main"):
+        assert time.monotonic() - t0 < 120, pl.pods_of(real, name, NS)
+        time.sleep(0.5)
+    followed_at = time.monotonic()
+    follow = pl.durapipe("logs", name, "train", "-f", "-n", NS, real=real,
+                         timeout=DEADLINE_S + 60)
+    followed = time.monotonic() - followed_at
+    print(f"logs -f ended after {followed:.1f} s:\n{follow.stdout}")
+    assert "training" in follow.stdout.splitlines(), follow.stdout
+    # It ended with the container, at the attempt's deadline (counted from the pod's start,
+    # a little before main started), not at once and not never.
+    assert 0.5 * DEADLINE_S <= followed < DEADLINE_S + 30, followed
+
+    wf = pl.wait_finished(real, name, NS, timeout=300)
+    took = time.monotonic() - t0
+    print(f"{name} {wf['status']['phase']} in {took:.0f} s")
     assert wf["status"]["phase"] == "Failed"
     pods = sorted(pl.pods_of(real, name, NS), key=lambda p: p["metadata"]["creationTimestamp"])
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # first attempt + 1 preemption
