@@ -21,15 +21,12 @@ from typing import Any
 from durapipe.cluster import run_status
 from durapipe.cluster.api import Cluster, ClusterError, connect
 from durapipe.cluster.arguments import add_connection_arguments
-from durapipe.cluster.submit import interpret_workflow, print_failure
+from durapipe.cluster.submit import LABEL_WORKFLOW, interpret_workflow, print_failure
 from durapipe.compiler.argo_pod import LABEL_PIPELINE
 from durapipe.runtime import contract
 
 LABEL_TEMPLATE = "workflows.argoproj.io/workflow-template"
-LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
 LABEL_RESUBMITTED_FROM = "durapipe.dev/resubmitted-from"
-ANNOTATION_NODE_ID = "workflows.argoproj.io/node-id"
-ANNOTATION_NODE_NAME = "workflows.argoproj.io/node-name"
 #: The container Argo names a container template's own: the stage's program, through the
 #: runtime wrapper (the others are Argo's init and wait sidecars).
 USER_CONTAINER = "main"
@@ -162,7 +159,7 @@ def list_runs(args: argparse.Namespace) -> int:
     try:
         cluster = connect(args.kubeconfig, args.context, namespace)
         reports = [interpret_workflow(cluster, str(wf["metadata"].get("name")), wf,
-                                      with_jobsets=False)
+                                      details=False)
                    for wf in runs_of(cluster, pipeline)]
     except ClusterError as exc:
         return print_failure(str(exc))
@@ -315,22 +312,6 @@ def _choose_attempt(run: str, stages: Mapping[str, list[Any]], stage: str | None
     return nodes[attempt - 1]  # type: ignore[no-any-return]
 
 
-def pod_of(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The name of the pod that ran ``node``: Argo names pods ``<run>-<template>-<hash>`` and
-    records the node on each pod's annotations; older pod names are the node's id."""
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        notes = meta.get("annotations") or {}
-        if notes.get(ANNOTATION_NODE_ID) == node.get("id") or (
-                notes.get(ANNOTATION_NODE_NAME) and
-                notes.get(ANNOTATION_NODE_NAME) == node.get("name")):
-            return str(meta.get("name"))
-    for pod in pods:
-        if (pod.get("metadata") or {}).get("name") == node.get("id"):
-            return str(node.get("id"))
-    return None
-
-
 def logs(args: argparse.Namespace) -> int:
     if args.attempt is not None and args.attempt < 1:
         print("durapipe logs: --attempt counts from 1", file=sys.stderr)
@@ -346,7 +327,7 @@ def logs(args: argparse.Namespace) -> int:
         chosen = _choose_attempt(args.run, stages, args.stage, args.attempt)
         if isinstance(chosen, str):
             return print_failure(chosen)
-        pod = pod_of(chosen, cluster.pods(f"{LABEL_WORKFLOW}={args.run}"))
+        pod = run_status.pod_of(chosen, cluster.pods(f"{LABEL_WORKFLOW}={args.run}"))
         if pod is None:
             return print_failure(f"the pod of {chosen.get('displayName') or chosen.get('name')} is "
                          f"gone (Argo's pod GC deleted it, or the node never got one); its "
@@ -364,5 +345,5 @@ def logs(args: argparse.Namespace) -> int:
 
 
 __all__ = ["add_list_arguments", "add_logs_arguments", "add_run_arguments", "delete",
-           "duration", "list_runs", "logs", "pod_of", "render_log_line", "resubmission",
+           "duration", "list_runs", "logs", "render_log_line", "resubmission",
            "resubmit", "runs_of", "stage_summary", "stop", "terminate"]

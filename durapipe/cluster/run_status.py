@@ -32,7 +32,7 @@ import yaml
 
 from durapipe.compiler import memo, naming
 from durapipe.compiler.argo_retry import OOM_MARKERS, PREEMPTION_MARKERS
-from durapipe.compiler.argo_pod import LABEL_STAGE, RESUMED_FROM_OUTPUT
+from durapipe.compiler.argo_pod import LABEL_PIPELINE, LABEL_STAGE, RESUMED_FROM_OUTPUT
 from durapipe.runtime import contract, resume_report
 
 if TYPE_CHECKING:
@@ -365,6 +365,8 @@ class _JobSetPlan:
     gpu_type: str
     memory: str
     max_restarts: int | None
+    #: Its ``durapipe.dev/pipeline`` label, which selects the run's JobSets.
+    pipeline: str = ""
 
 
 def _jobset_plan(tmpl: Json | None) -> _JobSetPlan | None:
@@ -393,9 +395,11 @@ def _jobset_plan(tmpl: Json | None) -> _JobSetPlan | None:
                 break
         if env:
             break
+    pipeline = _dig(doc, "metadata", "labels", LABEL_PIPELINE)
     return _JobSetPlan(
         gpu_type=env.get(contract.ENV_GPU_TYPE, ""), memory=memory,
-        max_restarts=_count(max_restarts))
+        max_restarts=_count(max_restarts),
+        pipeline=pipeline if isinstance(pipeline, str) else "")
 
 
 def _dig(value: object, *path: str) -> object:
@@ -462,13 +466,17 @@ def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
     return memo.explain_miss(current, entries)
 
 
-def has_jobsets(wf: Mapping[str, Any]) -> bool:
-    """Whether the Workflow has a multi-node stage (a resource template creating a JobSet)."""
+def jobset_selector(wf: Mapping[str, Any]) -> str:
+    """The label selector of the run's JobSets (``durapipe.dev/pipeline=<name>``, from its
+    multi-node stages' manifests), ``""`` where it has none.  Read from the manifests, not the
+    Workflow's labels: a Workflow submitted from a WorkflowTemplate carries only Argo's."""
     try:
         templates = _Templates(check_shape(wf))
     except MalformedWorkflow:
-        return False
-    return any(_jobset_plan(tmpl) is not None for _key, tmpl in templates.all())
+        return ""
+    pipelines = sorted({plan.pipeline for _key, tmpl in templates.all()
+                        if (plan := _jobset_plan(tmpl)) is not None and plan.pipeline})
+    return f"{LABEL_PIPELINE}={pipelines[0]}" if pipelines else ""
 
 
 def _jobset_for(node: Json, stage: str, jobsets: Sequence[Json],
@@ -605,7 +613,9 @@ def _params(node: Json) -> dict[str, str]:
             for p in (node.get("inputs") or {}).get("parameters") or ()}
 
 
-def _attempt(node: Json, tmpl: Json) -> AttemptReport:
+def _attempt(node: Json, tmpl: Json, kubelet: str = "") -> AttemptReport:
+    """One attempt's report; ``kubelet``: the stuck waiting reason its pod shows
+    (``pod_waiting_message``), which Argo's node message may lack."""
     display = str(node.get("displayName") or node.get("name") or "")
     m = _RETRY_SUFFIX.match(display)
     retries = int(m[2]) if m else 0
@@ -622,11 +632,12 @@ def _attempt(node: Json, tmpl: Json) -> AttemptReport:
         # (docs/lowering.md, "GPU fallback").
         verdict, reason = PENDING_TIMEOUT, (
             f"on node {host_node} but not started within {tmpl['pendingTimeout']}; the stage "
-            "stays on this GPU type" if host_node else
+            "stays on this GPU type, one preemption spent" if host_node else
             f"no capacity within {tmpl['pendingTimeout']}")
-    elif stuck := stuck_reason(message):
+    elif stuck := stuck_reason(message) or stuck_reason(kubelet):
         if phase == "Pending":
             verdict, reason = STUCK, stuck
+            message = message if stuck_reason(message) else kubelet
         elif verdict == ERROR:  # it ended, by its deadline or a deletion, without starting
             reason = f"{message} ({stuck})"
     outputs = {str(p.get("name")): str(p.get("value", "")) for p in
@@ -652,6 +663,77 @@ def stuck_reason(message: str) -> str:
         _, _, head = head.partition(" due to ")
     reason = head.partition(":")[0].strip()
     return STUCK_REASONS.get(reason, "")
+
+
+#: Argo's annotations on a pod naming the node it runs.
+ANNOTATION_NODE_ID = "workflows.argoproj.io/node-id"
+ANNOTATION_NODE_NAME = "workflows.argoproj.io/node-name"
+#: The longest waiting message kept from a pod (the kubelet's text, quoted in the report).
+_WAITING_MESSAGE_LIMIT = 1000
+
+
+def pod_of(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The name of the pod that ran ``node``: Argo names pods ``<run>-<template>-<hash>`` and
+    records the node on each pod's annotations; older pod names are the node's id."""
+    pods = list(pods)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        if notes.get(ANNOTATION_NODE_ID) == node.get("id") or (
+                notes.get(ANNOTATION_NODE_NAME) and
+                notes.get(ANNOTATION_NODE_NAME) == node.get("name")):
+            return str(meta.get("name"))
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("name") == node.get("id"):
+            return str(node.get("id"))
+    return None
+
+
+def pod_waiting_message(pod: object) -> str:
+    """The kubelet's ``Reason: message`` for a container of ``pod`` that waits for what
+    waiting does not mend (``stuck_reason``), init containers first; ``""`` if none does.
+
+    Argo's pending message reads only the main containers, which wait as ``PodInitializing``
+    while an init container cannot start; durapipe's preflight init container runs in the
+    stage's image, so a missing image shows only here."""
+    status = _dig(pod, "status")
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in _list(_dig(status, key)):
+            waiting = _dig(container, "state", "waiting")
+            reason = _dig(waiting, "reason")
+            if not isinstance(reason, str):
+                continue
+            message = _dig(waiting, "message")
+            text = f"{reason}: {message}" if isinstance(message, str) and message else reason
+            if stuck_reason(text):
+                return text[:_WAITING_MESSAGE_LIMIT]
+    return ""
+
+
+#: What Argo's node says of a pod whose main containers wait behind its init containers.
+_INITIALIZING = frozenset({"", "PodInitializing"})
+
+
+def _never_started(node: Json) -> bool:
+    """A pod node on a node whose main container has not run, and whose message does not
+    say why: Pending behind its init containers, or ended with no exit code."""
+    if node.get("type") != "Pod" or not node.get("hostNodeName"):
+        return False
+    message = str(node.get("message", ""))
+    if node.get("phase") == "Pending":
+        return message in _INITIALIZING
+    return (node.get("phase") in ("Error", "Failed") and not stuck_reason(message)
+            and not str((node.get("outputs") or {}).get("exitCode", "")))
+
+
+def needs_pods(wf: Mapping[str, Any]) -> bool:
+    """Whether ``interpret`` would learn from the run's pods (``pod_waiting_message``): an
+    attempt whose main container never ran on the node it reached, and Argo does not say why."""
+    try:
+        nodes = (check_shape(wf).get("status") or {}).get("nodes") or {}
+    except MalformedWorkflow:
+        return False
+    return any(_never_started(n) for n in nodes.values())
 
 
 @dataclass
@@ -771,14 +853,17 @@ def checkpoint_lines(wf: object) -> dict[str, str]:
 
 
 def interpret(wf: object, jobsets: Iterable[object] = (),
-              caches: Mapping[str, object] | None = None) -> RunReport:
+              caches: Mapping[str, object] | None = None,
+              pods: Iterable[object] = ()) -> RunReport:
     """The stage report of one Workflow object (any phase, any point of its run), as the API
     server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``).
 
     ``jobsets``: the JobSets of the run's multi-node stages (``jobsets_of``), whose restarts
     the Workflow does not record; other objects in it are ignored.  ``caches``: the data of
-    the memoization ConfigMaps it uses (``missed_caches``), which say why a stage missed."""
+    the memoization ConfigMaps it uses (``missed_caches``), which say why a stage missed.
+    ``pods``: the run's pods (``needs_pods``), whose containers say why one cannot start."""
     checked = check_shape(wf)
+    run_pods = [p for p in pods if isinstance(p, dict)]
     own_uid = (checked.get("metadata") or {}).get("uid")
     owned = sorted((js for js in jobsets if isinstance(js, dict) and (
         own_uid is None or any(isinstance(ref, dict) and ref.get("uid") == own_uid
@@ -806,7 +891,12 @@ def interpret(wf: object, jobsets: Iterable[object] = (),
             if labelled is not None and node.get("message"):
                 notes[labelled] = str(node["message"])
             continue
-        attempt = _attempt(node, tmpl)
+        kubelet = ""
+        if run_pods and _never_started(node):
+            pod_name = pod_of(node, run_pods)
+            kubelet = next((pod_waiting_message(p) for p in run_pods
+                            if _dig(p, "metadata", "name") == pod_name), "")
+        attempt = _attempt(node, tmpl, kubelet)
         js_plan = _jobset_plan(tmpl)
         if js_plan is not None:
             js = _jobset_for(node, stage, owned, taken)
@@ -843,8 +933,11 @@ def interpret(wf: object, jobsets: Iterable[object] = (),
             multinode=jobset_plan is not None, restarts=restarts, restarts_counted=counted,
             max_restarts=jobset_plan.max_restarts if jobset_plan else None,
             stage=stage, phase=phase, cache_hit=bool(hit), attempts=attempts,
-            preemptions=BudgetUse(verdicts.count(contract.VERDICT_PREEMPTED),
-                                  plan.preemption_limit) if jobset_plan is None else
+            # A probe that gave way on a node lost its pod there: its type's `-retry` task
+            # starts with one preemption spent (docs/lowering.md, "GPU fallback").
+            preemptions=BudgetUse(verdicts.count(contract.VERDICT_PREEMPTED) + sum(
+                a.verdict == PENDING_TIMEOUT and bool(a.host_node) for a in attempts),
+                plan.preemption_limit) if jobset_plan is None else
             # JobSet restarts the pods after a disruption without counting it (and without
             # a limit: RestartJobSetAndIgnoreMaxRestarts).
             BudgetUse(restarts - counted, None),
@@ -984,5 +1077,5 @@ EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 __all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
            "check_shape", "checkpoint_lines", "workflow_parameters", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
-           "has_jobsets", "missed_caches", "stuck_reason", "verdict_of", "STUCK", "STUCK_REASONS",
+           "jobset_selector", "missed_caches", "stuck_reason", "verdict_of", "STUCK", "STUCK_REASONS",
            "EXIT_CODES"]

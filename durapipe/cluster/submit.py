@@ -28,7 +28,10 @@ from typing import Any, TextIO
 from durapipe.cluster import run_status
 from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
-from durapipe.compiler.argo_pod import LABEL_PIPELINE, RESUME_FROM_PARAM
+from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
+
+#: The label Argo puts on each pod of a Workflow, naming it.
+LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
 from durapipe.compiler.checkpoint_gc import is_collector
 from durapipe.dsl.arguments import parse_assignments
 
@@ -408,19 +411,27 @@ def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 
 
 def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
-                       with_jobsets: bool = True,
+                       details: bool = True,
                        caches: Mapping[str, object] | None = None) -> run_status.RunReport:
-    """The run's report; with its JobSets read too where it has multi-node stages (one list
-    call), unless ``with_jobsets`` is false (many runs at once: `durapipe list`)."""
+    """The run's report; with ``details`` (not for many runs at once: `durapipe list`), also
+    what the Workflow does not record: its JobSets' restarts where it has multi-node stages,
+    and its pods where an attempt sits on a node without starting (the kubelet's reason); one
+    list call each, and only where needed."""
     jobsets: list[dict[str, Any]] = []
-    pipeline = ((wf.get("metadata") or {}).get("labels") or {}).get(LABEL_PIPELINE)
-    if with_jobsets and isinstance(pipeline, str) and run_status.has_jobsets(wf):
+    pods: list[dict[str, Any]] = []
+    selector = run_status.jobset_selector(wf) if details else ""
+    if selector:
         try:
-            jobsets = cluster.list_jobsets(f"{LABEL_PIPELINE}={pipeline}")
+            jobsets = cluster.list_jobsets(selector)
         except ClusterError:
             pass  # the report then says the restarts are not known (RBAC, or no JobSet CRD)
+    if details and run_status.needs_pods(wf):
+        try:
+            pods = cluster.pods(f"{LABEL_WORKFLOW}={name}")
+        except ClusterError:
+            pass  # without `list` of pods the report has Argo's message only
     try:
-        return run_status.interpret(wf, jobsets, caches)
+        return run_status.interpret(wf, jobsets, caches, pods)
     except run_status.MalformedWorkflow as exc:
         raise ClusterError(f"the API server at {cluster.server} returned a Workflow {name} "
                            f"that durapipe cannot read: {exc}") from None

@@ -188,7 +188,7 @@ def _pods_for(wf: dict[str, Any]) -> dict[str, Any]:
         if node["type"] == "Pod":
             items.append({"metadata": {
                 "name": f"{wf['metadata']['name']}-{node['templateName']}-{node['id'][-6:]}",
-                "annotations": {operate.ANNOTATION_NODE_ID: node["id"]}}})
+                "annotations": {run_status.ANNOTATION_NODE_ID: node["id"]}}})
     return {"kind": "PodList", "apiVersion": "v1", "items": items}
 
 

@@ -377,7 +377,11 @@ def test_a_pending_timeout_on_a_node_says_the_stage_stays_on_its_type() -> None:
     first = stage(interpret(wf), "finetune").attempts[0]
     assert first.verdict == run_status.PENDING_TIMEOUT
     assert first.reason == ("on node gpu-node-7 but not started within 30m; the stage stays on "
-                            "this GPU type")
+                            "this GPU type, one preemption spent")
+    # As the compiled DAG counts it: the type's `-retry` task gets `preempted-before: "1"`.
+    assert stage(interpret(wf), "finetune").preemptions.used == 1
+    probe.pop("hostNodeName")
+    assert stage(interpret(wf), "finetune").preemptions.used == 0  # a stockout spends none
 
 
 def test_an_attempt_ended_before_its_image_started_keeps_the_cause() -> None:
@@ -517,3 +521,84 @@ def test_explain_miss_says_when_nothing_changed_or_nothing_came_before() -> None
     assert memo.explain_miss(moved, [("1", RECORD)]) == (
         "image: 'acme/train:1' -> 'acme/train:2'; command changed; cache version: '' -> '3'")
     assert memo.explain_miss({"stage": "train"}, [("1", RECORD)]) == ""  # not a record
+
+
+PULL_BACKOFF = ('ImagePullBackOff: Back-off pulling image '
+                '"registry.example/acme/finetune:missing"')
+
+
+def _pod_waiting_in_init(node: dict[str, Any]) -> dict[str, Any]:
+    """The pod of ``node`` as the kubelet reports it when the stage's image cannot be pulled:
+    Argo's init container done, durapipe's preflight (in the stage's image) waiting, the main
+    containers waiting behind it as PodInitializing (all that Argo's message reads)."""
+    reason, _, message = PULL_BACKOFF.partition(": ")
+    return {"metadata": {"name": f"{node['id']}-pod", "annotations": {
+        run_status.ANNOTATION_NODE_ID: node["id"]}},
+        "status": {"phase": "Pending",
+                   "initContainerStatuses": [
+                       {"name": "init", "state": {"terminated": {"exitCode": 0}}},
+                       {"name": "durapipe-preflight",
+                        "state": {"waiting": {"reason": reason, "message": message}}}],
+                   "containerStatuses": [
+                       {"name": name, "state": {"waiting": {"reason": "PodInitializing"}}}
+                       for name in ("wait", "main")]}}
+
+
+def test_an_image_missing_for_the_preflight_init_container_is_read_from_the_pod() -> None:
+    """What the real node showed (tests/realnode/test_missing_image.py): Argo's node says
+    only `PodInitializing`, since its pending message reads the main containers; the pod's
+    init container has the kubelet's reason."""
+    wf = _fallback_stuck_on_the_first_type()
+    (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
+    probe["message"] = "PodInitializing"
+    assert run_status.needs_pods(wf)
+    (alone,) = stage(interpret(wf), "finetune").attempts
+    assert alone.verdict != run_status.STUCK  # Argo's word alone: a wait like any other
+    pod = _pod_waiting_in_init(probe)
+    other = copy.deepcopy(pod)  # another attempt's pod, which says nothing of this one
+    other["metadata"] = {"name": "x", "annotations": {run_status.ANNOTATION_NODE_ID: "y"}}
+    (attempt,) = stage(interpret(wf, pods=[other, pod]), "finetune").attempts
+    assert (attempt.verdict, attempt.reason, attempt.message) == (
+        run_status.STUCK, run_status.STUCK_REASONS["ImagePullBackOff"], PULL_BACKOFF)
+    assert f"    {PULL_BACKOFF}\n" in run_status.render(interpret(wf, pods=[pod]))
+    # Ended at its deadline without starting: the error keeps the cause.
+    probe.update(phase="Failed", message="Pod was active on the node longer than the "
+                 "specified deadline", finishedAt=probe["startedAt"])
+    (ended,) = stage(interpret(wf, pods=[pod]), "finetune").attempts
+    assert ended.reason.endswith(f"({run_status.STUCK_REASONS['ImagePullBackOff']})")
+
+
+def test_pods_are_read_only_for_attempts_on_a_node_that_argo_does_not_explain() -> None:
+    wf = _fallback_stuck_on_the_first_type()
+    assert not run_status.needs_pods(wf)  # the message names the cause already
+    (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
+    probe.update(message="PodInitializing")
+    del probe["hostNodeName"]  # unscheduled: the scheduler's message is the whole story
+    assert not run_status.needs_pods(wf)
+    # Attempts that ran and failed (an exit code) or succeeded: Argo's message says it all.
+    assert not any(run_status.needs_pods(load_recorded(r)) for r in (
+        "cache-hit", "spot-preemptions", "oom-ladder", "gpu-fallback"))
+
+
+@pytest.mark.parametrize("pod", [
+    None, 7, {"status": []}, {"status": {"initContainerStatuses": [{"state": {"waiting": 3}}]}},
+    {"status": {"containerStatuses": [{"state": {"waiting": {"reason": ["ErrImagePull"]}}}]}},
+    {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}}])
+def test_a_pod_that_says_nothing_stuck_gives_no_waiting_message(pod: object) -> None:
+    assert run_status.pod_waiting_message(pod) == ""
+
+
+def test_a_long_kubelet_message_is_cut() -> None:
+    pod = {"status": {"containerStatuses": [{"state": {"waiting": {
+        "reason": "ErrImagePull", "message": "x" * 5000}}}]}}
+    assert run_status.pod_waiting_message(pod).startswith("ErrImagePull: xxx")
+    assert len(run_status.pod_waiting_message(pod)) == 1000
+
+
+def test_the_jobset_selector_comes_from_the_manifest_not_the_workflows_labels() -> None:
+    """A Workflow that `durapipe submit --template` made carries only Argo's
+    workflow-template label (the real node's multi-node case read no JobSet because of it)."""
+    wf, _ = _multinode_run(None)
+    wf["metadata"]["labels"] = {"workflows.argoproj.io/workflow-template": "pretrain-7b"}
+    assert run_status.jobset_selector(wf) == "durapipe.dev/pipeline=pretrain-7b"
+    assert run_status.jobset_selector(load_recorded("cache-hit")) == ""

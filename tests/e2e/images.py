@@ -88,8 +88,11 @@ def tag_names_for(pipes: Iterable[Path]) -> list[str]:
         result = compile_pipeline(loaded.pipeline, CompileOptions(runtime_archive=b"-"))
         if not result.ok:
             raise ToolError(f"{pipe} does not compile:\n{render(result.diagnostics)}")
+        # A pinned image (`name:tag@sha256:...`) answers here to its tag: the digest names a
+        # registry's manifest, which an image built here does not have, so the real-node
+        # overlay runs the tag (tests/realnode/pipelines.py).
         for doc in result.documents:
-            names.update(_images_in(doc))
+            names.update(image.partition("@")[0] for image in _images_in(doc))
     return sorted(names)
 
 
