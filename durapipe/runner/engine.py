@@ -288,8 +288,9 @@ class Runner:
         outputs = {name: str(stage_dir / "outputs" / name) for name in plan.stage.outputs}
         run, state = machine.begin(plan.rules)
         while True:
-            attempt = self._attempt(plan, run, stage_dir, outputs)
+            attempt = self._attempt(plan, run, stage_dir, outputs, record)
             record.attempts.append(attempt)
+            record.current = None
             action, state = machine.step(state, attempt.verdict)
             reason = action.reason
             if attempt.message and not isinstance(action, machine.Done):
@@ -319,7 +320,7 @@ class Runner:
                     if v.rung == run.rung and v.type_index == run.gpu_type)
 
     def _attempt(self, plan: StagePlan, run: machine.Run, stage_dir: Path,
-                 outputs: dict[str, str]) -> AttemptRecord:
+                 outputs: dict[str, str], record: StageRecord) -> AttemptRecord:
         stage = plan.stage
         # One number everywhere: DURAPIPE_ATTEMPT as the compiled workflow's pod would get it,
         # the attempt directory, and the summary's `#N`.
@@ -339,6 +340,11 @@ class Runner:
             cgroup = self.cgroups.create(f"{self.run_id}/{stage.name}-{number}", memory)
         resumed_from = self._latest_checkpoint(stage)
         fault = self._fault_for(stage)
+        record.current = AttemptRecord(
+            number=number, rung=run.rung,
+            memory=units.format_bytes(memory) if memory is not None else "",
+            verdict="running", exit_code=0, seconds=0.0, message="",
+            resumed_from=resumed_from, log=str(log_path))
         started = time.monotonic()
         process = self._supervise(stage, self._wrapper(site, argv), env, cgroup, fault, log_path)
         seconds = time.monotonic() - started

@@ -48,6 +48,9 @@ class StageRecord:
     output_hashes: dict[str, str] = field(default_factory=dict)
     attempts: list[AttemptRecord] = field(default_factory=list)
     seconds: float = 0.0
+    #: The attempt running now (its verdict ``running``), ``None`` between attempts: what the
+    #: live table shows, where ``attempts`` holds only the ended ones.  Not kept on disk.
+    current: AttemptRecord | None = None
 
 
 @dataclass
@@ -63,12 +66,16 @@ class RunRecord:
     stages: dict[str, StageRecord] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for stage in data["stages"].values():
+            del stage["current"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         stages = {
-            name: StageRecord(**{**s, "attempts": [AttemptRecord(**a) for a in s["attempts"]]})
+            name: StageRecord(**{**s, "attempts": [AttemptRecord(**a) for a in s["attempts"]],
+                                 "current": None})
             for name, s in data.get("stages", {}).items()
         }
         return cls(**{**data, "stages": stages})
@@ -107,7 +114,8 @@ def list_runs(home: Path) -> list[RunRecord]:
     return sorted(found, key=lambda r: r.started)
 
 
-def last_lines(path: str | Path, count: int, *, skip_prefix: str | None = None) -> list[str]:
+def last_lines(path: str | Path, count: int, *,
+               skip_prefix: str | tuple[str, ...] | None = None) -> list[str]:
     """The last ``count`` non-empty lines of a log (read from its end: logs can be large)."""
     try:
         with open(path, "rb") as handle:

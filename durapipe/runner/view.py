@@ -7,21 +7,32 @@ import threading
 import time
 from typing import IO
 
-from durapipe.runner.records import RunRecord, StageRecord, last_lines
+from durapipe.runner.records import AttemptRecord, RunRecord, StageRecord, last_lines
+from durapipe.runtime import contract
 
 _SYMBOL = {"pending": "·", "running": "▶", "succeeded": "✓", "cached": "↺", "reused": "↺",
            "failed": "✗", "skipped": "-", "interrupted": "!"}
 
 
+#: The runtime's own lines in an attempt's log (verdicts), which the summary states in words:
+#: the live table shows the program's last line instead.
+_RUNTIME_LINES = (contract.VERDICT_TAG, contract.AGENT_VERDICT_TAG)
+
+
 def _last_line(path: str) -> str:
-    lines = last_lines(path, 1)
+    lines = last_lines(path, 1, skip_prefix=_RUNTIME_LINES)
     return lines[-1].strip() if lines else ""
 
 
+def _shown_attempt(stage: StageRecord) -> AttemptRecord | None:
+    """The attempt the live table shows: the running one, else the last that ended."""
+    return stage.current or (stage.attempts[-1] if stage.attempts else None)
+
+
 def _attempt_text(stage: StageRecord) -> str:
-    if not stage.attempts:
+    last = _shown_attempt(stage)
+    if last is None:
         return ""
-    last = stage.attempts[-1]
     rung = f" rung {last.rung}" + (f" ({last.memory})" if last.memory else "")
     return f"attempt #{last.number}{rung if last.memory else ''}"
 
@@ -100,7 +111,8 @@ class View:
                 if stage.name in self._started:
                     seconds = stage.seconds or time.monotonic() - self._started[stage.name]
                     elapsed = f"{seconds:6.1f}s"
-                tail = _last_line(stage.attempts[-1].log) if stage.attempts else ""
+                shown = _shown_attempt(stage)
+                tail = _last_line(shown.log) if shown is not None else ""
                 if stage.status == "running":
                     tail = tail or "..."
                 rows.append(f" {_SYMBOL.get(stage.status, '?')} {stage.name:<20} "

@@ -263,3 +263,46 @@ def test_drills_apply_in_command_line_order(tmp_path: Path) -> None:
     assert [a.fault for a in record.stages["a"].attempts] == [
         "kill@0.2s", "preempt@0.2s", "kill@0.4s", ""]
     assert record.status == "succeeded"
+
+
+def test_the_live_table_shows_the_running_attempt_and_no_verdict_line(tmp_path: Path) -> None:
+    """On a terminal the table is redrawn every 0.5 s. While attempt #2 runs, it must say #2
+    and show #2's output, not #1's number and #1's last log line (the wrapper's raw verdict
+    line), as it did when it read only the attempts that had ended."""
+    import io
+    import re
+
+    from durapipe.runner.view import View
+
+    marker = tmp_path / "failed-once"
+    stream = io.StringIO()
+    view = View(stream=stream, live=True)
+    path = tmp_path / "p.pipe"
+    program = ("import pathlib, sys, time\n"
+               "p = pathlib.Path(sys.argv[1])\n"
+               "if not p.exists():\n"
+               "    p.touch(); print('first attempt fails', flush=True); sys.exit(3)\n"
+               "print('second attempt at work', flush=True); time.sleep(2.5)\n")
+    script = tmp_path / "step.py"
+    script.write_text(program)
+    path.write_text(f'pipeline "p" {{}}\nstage "a" {{ image = "x" '
+                    f'command = ["{PY}", "{script}", "{marker}"] retry {{ attempts = 1 }} }}\n')
+    result = load_path(path)
+    assert result.pipeline is not None, result.diagnostics
+    runner = Runner(result.pipeline, str(path),
+                    RunOptions(home=tmp_path / ".durapipe", backoff_scale=0.0), view)
+    view.attach(runner.record)
+    record = runner.run()
+    view.close()
+    assert _verdicts(record, "a") == ["app_failure", "success"]
+    first, second = (a.number for a in record.stages["a"].attempts)
+    frames = re.split(r"\x1b\[\d+F\x1b\[J", stream.getvalue())
+    running = [f for f in frames if " running " in f]
+    assert any(f"attempt #{second}" in f and "second attempt at work" in f for f in running), \
+        running
+    # No frame of the second attempt names the first, and no frame shows a raw verdict line.
+    assert not [f for f in running if "second attempt at work" in f
+                and f"attempt #{first} " in f], running
+    assert "durapipe-verdict:" not in stream.getvalue()
+    assert record.stages["a"].current is None
+    assert "current" not in record.to_json()["stages"]["a"]
