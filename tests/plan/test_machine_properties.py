@@ -32,7 +32,7 @@ from durapipe.dsl.model import Gpu, GpuChoice, OnOom, Resources, Retry, Stage
 from durapipe.plan import machine
 from durapipe.plan.rules import Rules
 from durapipe.runner.engine import Runner, RunOptions
-from durapipe.runner.records import AttemptRecord
+from durapipe.runner.records import AttemptRecord, StageRecord
 from durapipe.runtime import contract
 from tests.compiler.models import GI, pipeline, stage
 
@@ -73,7 +73,7 @@ class ScriptedRunner(Runner):
     history: list[str]
 
     def _attempt(self, plan: StagePlan, run: machine.Run, stage_dir: Path,
-                 outputs: dict[str, str]) -> AttemptRecord:
+                 outputs: dict[str, str], record: StageRecord) -> AttemptRecord:
         verdict = self.history.pop(0) if self.history else machine.SUCCESS
         return AttemptRecord(number=run.attempt, rung=run.rung, memory=str(run.gpu_type),
                              verdict=verdict, exit_code=0, seconds=0.0, message="",
