@@ -430,16 +430,12 @@ def _own_components(node: Json) -> dict[str, object] | None:
     return _components(_params(node).get(memo.COMPONENTS_PARAM))
 
 
-def missed_caches(wf: Mapping[str, Any]) -> set[str]:
+def _missed_caches(nodes: Iterable[Json]) -> frozenset[str]:
     """The memoization ConfigMaps whose entries explain this run's misses: those of its
     memoized nodes that missed and recorded their key's components."""
-    try:
-        nodes = (check_shape(wf).get("status") or {}).get("nodes") or {}
-    except MalformedWorkflow:
-        return set()
-    return {str(m["cacheName"]) for n in nodes.values()
-            if isinstance(m := n.get("memoizationStatus"), dict) and not m.get("hit")
-            and m.get("cacheName") and _own_components(n) is not None}
+    return frozenset(str(m["cacheName"]) for n in nodes
+                     if isinstance(m := n.get("memoizationStatus"), dict) and not m.get("hit")
+                     and m.get("cacheName") and _own_components(n) is not None)
 
 
 def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
@@ -466,14 +462,10 @@ def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
     return memo.explain_miss(current, entries)
 
 
-def jobset_selector(wf: Mapping[str, Any]) -> str:
+def _jobset_selector(templates: _Templates) -> str:
     """The label selector of the run's JobSets (``durapipe.dev/pipeline=<name>``, from its
     multi-node stages' manifests), ``""`` where it has none.  Read from the manifests, not the
     Workflow's labels: a Workflow submitted from a WorkflowTemplate carries only Argo's."""
-    try:
-        templates = _Templates(check_shape(wf))
-    except MalformedWorkflow:
-        return ""
     pipelines = sorted({plan.pipeline for _key, tmpl in templates.all()
                         if (plan := _jobset_plan(tmpl)) is not None and plan.pipeline})
     return f"{LABEL_PIPELINE}={pipelines[0]}" if pipelines else ""
@@ -615,7 +607,7 @@ def _params(node: Json) -> dict[str, str]:
 
 def _attempt(node: Json, tmpl: Json, kubelet: str = "") -> AttemptReport:
     """One attempt's report; ``kubelet``: the stuck waiting reason its pod shows
-    (``pod_waiting_message``), which Argo's node message may lack."""
+    (``pod_waiting_message``), given only where Argo's node message names no cause."""
     display = str(node.get("displayName") or node.get("name") or "")
     m = _RETRY_SUFFIX.match(display)
     retries = int(m[2]) if m else 0
@@ -634,10 +626,9 @@ def _attempt(node: Json, tmpl: Json, kubelet: str = "") -> AttemptReport:
             f"on node {host_node} but not started within {tmpl['pendingTimeout']}; the stage "
             "stays on this GPU type, one preemption spent" if host_node else
             f"no capacity within {tmpl['pendingTimeout']}")
-    elif stuck := stuck_reason(message) or stuck_reason(kubelet):
+    elif stuck := stuck_reason(cause := kubelet or message):
         if phase == "Pending":
-            verdict, reason = STUCK, stuck
-            message = message if stuck_reason(message) else kubelet
+            verdict, reason, message = STUCK, stuck, cause
         elif verdict == ERROR:  # it ended, by its deadline or a deletion, without starting
             reason = f"{message} ({stuck})"
     outputs = {str(p.get("name")): str(p.get("value", "")) for p in
@@ -672,21 +663,25 @@ ANNOTATION_NODE_NAME = "workflows.argoproj.io/node-name"
 _WAITING_MESSAGE_LIMIT = 1000
 
 
-def pod_of(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The name of the pod that ran ``node``: Argo names pods ``<run>-<template>-<hash>`` and
-    records the node on each pod's annotations; older pod names are the node's id."""
+def find_pod(node: Mapping[str, Any],
+             pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod that ran ``node``: Argo names pods ``<run>-<template>-<hash>`` and records the
+    node on each pod's annotations; older pod names are the node's id."""
     pods = list(pods)
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        notes = meta.get("annotations") or {}
+        notes = (pod.get("metadata") or {}).get("annotations") or {}
         if notes.get(ANNOTATION_NODE_ID) == node.get("id") or (
                 notes.get(ANNOTATION_NODE_NAME) and
                 notes.get(ANNOTATION_NODE_NAME) == node.get("name")):
-            return str(meta.get("name"))
-    for pod in pods:
-        if (pod.get("metadata") or {}).get("name") == node.get("id"):
-            return str(node.get("id"))
-    return None
+            return pod
+    return next((pod for pod in pods
+                 if (pod.get("metadata") or {}).get("name") == node.get("id")), None)
+
+
+def pod_of(node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The name of the pod that ran ``node`` (``find_pod``)."""
+    pod = find_pod(node, pods)
+    return None if pod is None else str((pod.get("metadata") or {}).get("name"))
 
 
 def pod_waiting_message(pod: object) -> str:
@@ -726,14 +721,29 @@ def _never_started(node: Json) -> bool:
             and not str((node.get("outputs") or {}).get("exitCode", "")))
 
 
-def needs_pods(wf: Mapping[str, Any]) -> bool:
-    """Whether ``interpret`` would learn from the run's pods (``pod_waiting_message``): an
-    attempt whose main container never ran on the node it reached, and Argo does not say why."""
+@dataclass(frozen=True)
+class Reads:
+    """What ``interpret`` would use besides the Workflow, to be read from the cluster."""
+
+    #: The label selector of the run's JobSets (its multi-node stages), ``""``: none.
+    jobset_selector: str = ""
+    #: Whether the run's pods say more (``pod_waiting_message``): an attempt whose main
+    #: container never ran on the node it reached, and Argo does not say why.
+    pods: bool = False
+    #: The memoization ConfigMaps whose entries explain its cache misses.
+    caches: frozenset[str] = frozenset()
+
+
+def reads_for(wf: Mapping[str, Any]) -> Reads:
+    """What else to read for ``interpret``, from one shape check (it costs ~20 ms at 2,000
+    nodes, and `watch` asks on every event); nothing for a Workflow it cannot read."""
     try:
-        nodes = (check_shape(wf).get("status") or {}).get("nodes") or {}
+        checked = check_shape(wf)
     except MalformedWorkflow:
-        return False
-    return any(_never_started(n) for n in nodes.values())
+        return Reads()
+    nodes = list(((checked.get("status") or {}).get("nodes") or {}).values())
+    return Reads(jobset_selector=_jobset_selector(_Templates(checked)),
+                 pods=any(_never_started(n) for n in nodes), caches=_missed_caches(nodes))
 
 
 @dataclass
@@ -858,10 +868,10 @@ def interpret(wf: object, jobsets: Iterable[object] = (),
     """The stage report of one Workflow object (any phase, any point of its run), as the API
     server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``).
 
-    ``jobsets``: the JobSets of the run's multi-node stages (``jobsets_of``), whose restarts
+    ``jobsets``: the JobSets of the run's multi-node stages (``reads_for``), whose restarts
     the Workflow does not record; other objects in it are ignored.  ``caches``: the data of
-    the memoization ConfigMaps it uses (``missed_caches``), which say why a stage missed.
-    ``pods``: the run's pods (``needs_pods``), whose containers say why one cannot start."""
+    the memoization ConfigMaps it uses (``reads_for``), which say why a stage missed.
+    ``pods``: the run's pods (``reads_for``), whose containers say why one cannot start."""
     checked = check_shape(wf)
     run_pods = [p for p in pods if isinstance(p, dict)]
     own_uid = (checked.get("metadata") or {}).get("uid")
@@ -891,12 +901,8 @@ def interpret(wf: object, jobsets: Iterable[object] = (),
             if labelled is not None and node.get("message"):
                 notes[labelled] = str(node["message"])
             continue
-        kubelet = ""
-        if run_pods and _never_started(node):
-            pod_name = pod_of(node, run_pods)
-            kubelet = next((pod_waiting_message(p) for p in run_pods
-                            if _dig(p, "metadata", "name") == pod_name), "")
-        attempt = _attempt(node, tmpl, kubelet)
+        pod = find_pod(node, run_pods) if run_pods and _never_started(node) else None
+        attempt = _attempt(node, tmpl, pod_waiting_message(pod) if pod is not None else "")
         js_plan = _jobset_plan(tmpl)
         if js_plan is not None:
             js = _jobset_for(node, stage, owned, taken)
@@ -1077,5 +1083,5 @@ EXIT_CODES = {"Succeeded": 0, "Failed": 1, "Error": 2}
 
 __all__ = ["AttemptReport", "BudgetUse", "MalformedWorkflow", "RunReport", "StageReport",
            "check_shape", "checkpoint_lines", "workflow_parameters", "for_terminal", "interpret", "printable", "render", "stage_pods", "table",
-           "jobset_selector", "missed_caches", "stuck_reason", "verdict_of", "STUCK", "STUCK_REASONS",
+           "Reads", "reads_for", "stuck_reason", "verdict_of", "STUCK", "STUCK_REASONS",
            "EXIT_CODES"]

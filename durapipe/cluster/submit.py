@@ -22,18 +22,18 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from durapipe.cluster import run_status
 from durapipe.cluster.arguments import add_connection_arguments
 from durapipe.cluster.api import Cluster, ClusterError, Expired, connect, resource_version
 from durapipe.compiler.argo_pod import RESUME_FROM_PARAM
+from durapipe.compiler.checkpoint_gc import is_collector
+from durapipe.dsl.arguments import parse_assignments
 
 #: The label Argo puts on each pod of a Workflow, naming it.
 LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
-from durapipe.compiler.checkpoint_gc import is_collector
-from durapipe.dsl.arguments import parse_assignments
 
 #: Seconds a watch request asks the server to keep it open before it is renewed (a watch
 #: silent for longer, plus ``cluster.WATCH_SILENCE_S``, is a dead connection).
@@ -412,24 +412,27 @@ def _in_namespace(doc: Mapping[str, Any], namespace: str) -> dict[str, Any]:
 
 def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
                        details: bool = True,
-                       caches: Mapping[str, object] | None = None) -> run_status.RunReport:
+                       argo_namespace: str | None = None) -> run_status.RunReport:
     """The run's report; with ``details`` (not for many runs at once: `durapipe list`), also
     what the Workflow does not record: its JobSets' restarts where it has multi-node stages,
-    and its pods where an attempt sits on a node without starting (the kubelet's reason); one
-    list call each, and only where needed."""
+    and its pods where an attempt sits on a node without starting (the kubelet's reason); with
+    ``argo_namespace``, why its cached stages missed (``read_caches``).  One call for each,
+    and only where ``run_status.reads_for`` says it tells something."""
+    reads = run_status.reads_for(wf) if details else run_status.Reads()
     jobsets: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
-    selector = run_status.jobset_selector(wf) if details else ""
-    if selector:
+    if reads.jobset_selector:
         try:
-            jobsets = cluster.list_jobsets(selector)
+            jobsets = cluster.list_jobsets(reads.jobset_selector)
         except ClusterError:
             pass  # the report then says the restarts are not known (RBAC, or no JobSet CRD)
-    if details and run_status.needs_pods(wf):
+    if reads.pods:
         try:
             pods = cluster.pods(f"{LABEL_WORKFLOW}={name}")
         except ClusterError:
             pass  # without `list` of pods the report has Argo's message only
+    caches = (read_caches(cluster, reads.caches, argo_namespace)
+              if argo_namespace is not None else None)
     try:
         return run_status.interpret(wf, jobsets, caches, pods)
     except run_status.MalformedWorkflow as exc:
@@ -437,12 +440,13 @@ def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
                            f"that durapipe cannot read: {exc}") from None
 
 
-def read_caches(cluster: Cluster, wf: Mapping[str, Any], argo_namespace: str) -> dict[str, object]:
-    """The memoization ConfigMaps that explain the run's cache misses: in the controller's
-    namespace (where Argo v4.1.2 writes them), else the run's; one that cannot be read (no
-    `get` of configmaps there) is left out, and its misses say so."""
+def read_caches(cluster: Cluster, names: Iterable[str],
+                argo_namespace: str) -> dict[str, object]:
+    """The data of the memoization ConfigMaps ``names``: in the controller's namespace (where
+    Argo v4.1.2 writes them), else the run's; one that cannot be read (no `get` of configmaps
+    there) is left out, and its misses say so."""
     caches: dict[str, object] = {}
-    for name in sorted(run_status.missed_caches(wf)):
+    for name in sorted(names):
         for namespace in dict.fromkeys((argo_namespace, cluster.namespace)):
             try:
                 caches[name] = cluster.config_map_data(name, namespace)
@@ -455,9 +459,8 @@ def read_caches(cluster: Cluster, wf: Mapping[str, Any], argo_namespace: str) ->
 def status(args: argparse.Namespace) -> int:
     try:
         cluster = connect(args.kubeconfig, args.context, args.namespace)
-        wf = cluster.get("Workflow", args.run)
-        report = interpret_workflow(cluster, args.run, wf,
-                                    caches=read_caches(cluster, wf, args.argo_namespace))
+        report = interpret_workflow(cluster, args.run, cluster.get("Workflow", args.run),
+                                    argo_namespace=args.argo_namespace)
     except ClusterError as exc:
         return print_failure(str(exc))
     if args.json:

@@ -74,8 +74,7 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         stages = {
-            name: StageRecord(**{**s, "attempts": [AttemptRecord(**a) for a in s["attempts"]],
-                                 "current": None})
+            name: StageRecord(**{**s, "attempts": [AttemptRecord(**a) for a in s["attempts"]]})
             for name, s in data.get("stages", {}).items()
         }
         return cls(**{**data, "stages": stages})

@@ -495,7 +495,7 @@ RECORD = {"stage": "train", "static": "s" * 64, "image": "acme/train:1", "comman
 
 def test_status_names_what_changed_against_the_newest_entry_of_the_stage() -> None:
     wf = _missed_run(RECORD)
-    assert run_status.missed_caches(wf) == {"durapipe-cache-x"}
+    assert run_status.reads_for(wf).caches == {"durapipe-cache-x"}
     older = {**RECORD, "params": {"max_depth": "7"}, "image": "acme/train:0"}
     newer = {**RECORD, "params": {"max_depth": "8"}, "upstream": {"prep.data": "b" * 64}}
     caches = {"durapipe-cache-x": {
@@ -551,7 +551,7 @@ def test_an_image_missing_for_the_preflight_init_container_is_read_from_the_pod(
     wf = _fallback_stuck_on_the_first_type()
     (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
     probe["message"] = "PodInitializing"
-    assert run_status.needs_pods(wf)
+    assert run_status.reads_for(wf).pods
     (alone,) = stage(interpret(wf), "finetune").attempts
     assert alone.verdict != run_status.STUCK  # Argo's word alone: a wait like any other
     pod = _pod_waiting_in_init(probe)
@@ -570,13 +570,13 @@ def test_an_image_missing_for_the_preflight_init_container_is_read_from_the_pod(
 
 def test_pods_are_read_only_for_attempts_on_a_node_that_argo_does_not_explain() -> None:
     wf = _fallback_stuck_on_the_first_type()
-    assert not run_status.needs_pods(wf)  # the message names the cause already
+    assert not run_status.reads_for(wf).pods  # the message names the cause already
     (probe,) = [n for n in wf["status"]["nodes"].values() if n["displayName"] == "finetune-h100"]
     probe.update(message="PodInitializing")
     del probe["hostNodeName"]  # unscheduled: the scheduler's message is the whole story
-    assert not run_status.needs_pods(wf)
+    assert not run_status.reads_for(wf).pods
     # Attempts that ran and failed (an exit code) or succeeded: Argo's message says it all.
-    assert not any(run_status.needs_pods(load_recorded(r)) for r in (
+    assert not any(run_status.reads_for(load_recorded(r)).pods for r in (
         "cache-hit", "spot-preemptions", "oom-ladder", "gpu-fallback"))
 
 
@@ -600,5 +600,5 @@ def test_the_jobset_selector_comes_from_the_manifest_not_the_workflows_labels() 
     workflow-template label (the real node's multi-node case read no JobSet because of it)."""
     wf, _ = _multinode_run(None)
     wf["metadata"]["labels"] = {"workflows.argoproj.io/workflow-template": "pretrain-7b"}
-    assert run_status.jobset_selector(wf) == "durapipe.dev/pipeline=pretrain-7b"
-    assert run_status.jobset_selector(load_recorded("cache-hit")) == ""
+    assert run_status.reads_for(wf).jobset_selector == "durapipe.dev/pipeline=pretrain-7b"
+    assert run_status.reads_for(load_recorded("cache-hit")).jobset_selector == ""
