@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from durapipe.plan.grace import CHECKPOINT_GRACE_SECONDS
+
 if TYPE_CHECKING:  # importing the front end here would make `durapipe --help` pay for it
     from durapipe.dsl.diagnostics import Diagnostic
     from durapipe.dsl.source import SourceMap
@@ -36,7 +38,7 @@ class CompileOptions:
     #: lowering pin it, so that an edit to the runtime does not rename every pod's volume.
     runtime_archive: bytes | None = None
     #: Seconds a checkpointing pod gets between SIGTERM and SIGKILL (final save + upload).
-    checkpoint_grace_seconds: int = 300
+    checkpoint_grace_seconds: int = CHECKPOINT_GRACE_SECONDS
     #: Argo's per-object limits; lowered only by tests that exercise splitting.
     max_templates: int = 200
     max_tasks: int = 200

@@ -7,6 +7,8 @@ what an executor does.  Each step is priced at its worst:
 
 - an attempt that ran lasts its ``timeout`` (a preemption or an OOM kill just before it ends,
   so the attempt's work is lost: durapipe declares no checkpoint interval to bound the loss);
+  one that the kubelet stopped with SIGTERM (a preemption, the ``timeout`` itself) then holds
+  its node for the pod's whole grace period (``grace.grace_seconds``: the final save);
 - an attempt on a GPU type that may give way waits ``fallback_after`` for capacity first,
   and a pending timeout waits exactly that and uses nothing;
 - the backoff before an application retry is the machine's wait (``Rules.backoff``, capped);
@@ -30,7 +32,18 @@ from typing import Literal
 
 from durapipe.dsl import catalog
 from durapipe.dsl.model import Pipeline, Stage
-from durapipe.plan.machine import PENDING_TIMEOUT, Fail, Run, State, begin, possible, step
+from durapipe.plan.grace import CHECKPOINT_GRACE_SECONDS, grace_seconds
+from durapipe.plan.machine import (
+    PENDING_TIMEOUT,
+    PREEMPTED,
+    TIMEOUT,
+    Fail,
+    Run,
+    State,
+    begin,
+    possible,
+    step,
+)
 from durapipe.plan.rules import Rules, gpu_types
 
 #: The node-hours of a stage that requests no GPU are counted under this name.
@@ -82,6 +95,9 @@ class Figures:
     node_hours_by_type: dict[str, float] = field(default_factory=dict)
     #: Attempts along the longest path (each run or pending timeout counts one).
     attempts: int = 0
+
+
+Figure = Literal["max_wall", "max_gpu_hours", "max_cost"]
 
 
 Unbounded = Literal["no_timeout", "restarts_without_budget", "unpriced_gpu"]
@@ -168,7 +184,8 @@ def _reachable(rules: Rules) -> list[State]:
 _Weight = Callable[[State, str, Run | None], float]
 
 
-def _longest(states: list[State], weight: _Weight) -> float:
+def _values(states: list[State], weight: _Weight) -> dict[State, float]:
+    """The longest path's ``weight`` from each state to the end."""
     value: dict[State, float] = {}
     for state in states:
         best = 0.0
@@ -179,12 +196,69 @@ def _longest(states: list[State], weight: _Weight) -> float:
             else:
                 best = max(best, weight(state, verdict, None))
         value[state] = best
-    return value[states[-1]]
+    return value
 
 
-def stage_bound(stage: Stage, prices: Prices | None = None) -> StageBound:
-    """The worst and best case of one stage."""
-    prices = prices or Prices.default()
+def _longest(states: list[State], weight: _Weight) -> float:
+    return _values(states, weight)[states[-1]]
+
+
+#: Verdicts of an attempt the kubelet stopped with SIGTERM, which then runs on for its grace.
+_SIGNALLED = frozenset({PREEMPTED, TIMEOUT})
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """What each step of a stage's machine adds to each figure (the bound's prices)."""
+
+    rules: Rules
+    states: list[State]
+    attempts: Mapping[State, _Attempt]
+    #: Seconds a pod runs on after SIGTERM (its ``terminationGracePeriodSeconds``).
+    grace: float
+
+    @property
+    def timeout(self) -> float:
+        return float(self.rules.timeout or 0)
+
+    def ran(self, verdict: str) -> float:
+        """Seconds an attempt that ended with ``verdict`` held its node, at most."""
+        if verdict == PENDING_TIMEOUT:
+            return 0.0
+        return self.timeout + (self.grace if verdict in _SIGNALLED else 0.0)
+
+    def wall(self, state: State, verdict: str, nxt: Run | None) -> float:
+        wait = float(self.rules.pending_timeout or 0) if state.probe else 0.0
+        return wait + self.ran(verdict) + (nxt.backoff if nxt is not None else 0.0)
+
+    def gpu_seconds(self, key: str | None = None) -> _Weight:
+        def weight(state: State, verdict: str, _: Run | None) -> float:
+            a = self.attempts[state]
+            return self.ran(verdict) * a.nodes * a.gpus_per_node \
+                if key in (None, a.type_key) else 0.0
+        return weight
+
+    def node_seconds(self, key: str | None = None) -> _Weight:
+        def weight(state: State, verdict: str, _: Run | None) -> float:
+            a = self.attempts[state]
+            return self.ran(verdict) * a.nodes if key in (None, a.type_key) else 0.0
+        return weight
+
+    def cost(self, state: State, verdict: str, _: Run | None) -> float:
+        return self.ran(verdict) * self.attempts[state].cost_per_second
+
+    @staticmethod
+    def count(state: State, verdict: str, _: Run | None) -> float:
+        return 1.0
+
+    def of(self, figure: Figure) -> _Weight:
+        return {"max_wall": self.wall, "max_gpu_hours": self.gpu_seconds(),
+                "max_cost": self.cost}[figure]
+
+
+def _weights(stage: Stage, prices: Prices, checkpoint_grace_seconds: int) \
+        -> _Weights | StageBound:
+    """The weights of ``stage``'s steps, or the bound that says why it has none."""
     rules = Rules.of(stage)
     if rules.timeout is None:
         return StageBound(stage.name, None, None, "no_timeout")
@@ -192,7 +266,6 @@ def stage_bound(stage: Stage, prices: Prices | None = None) -> StageBound:
         # The machine restarts a preempted group without spending a budget: no count of
         # preemptions, so no bound.
         return StageBound(stage.name, None, None, "restarts_without_budget")
-    timeout = float(rules.timeout)
     states = _reachable(rules)
     attempts: dict[State, _Attempt] = {}
     for state in states:
@@ -200,47 +273,30 @@ def stage_bound(stage: Stage, prices: Prices | None = None) -> StageBound:
         if isinstance(found, str):
             return StageBound(stage.name, None, None, "unpriced_gpu", found)
         attempts[state] = found
+    return _Weights(rules, states, attempts,
+                    float(grace_seconds(stage.checkpoint is not None, checkpoint_grace_seconds)))
 
-    def ran(verdict: str) -> float:
-        return 0.0 if verdict == PENDING_TIMEOUT else timeout
 
-    def wall(state: State, verdict: str, nxt: Run | None) -> float:
-        wait = float(rules.pending_timeout or 0) if state.probe else 0.0
-        if verdict == PENDING_TIMEOUT:
-            return wait
-        return wait + timeout + (nxt.backoff if nxt is not None else 0.0)
-
-    def gpu_seconds(key: str | None) -> _Weight:
-        def weight(state: State, verdict: str, _: Run | None) -> float:
-            a = attempts[state]
-            return ran(verdict) * a.nodes * a.gpus_per_node if key in (None, a.type_key) \
-                else 0.0
-        return weight
-
-    def node_seconds(key: str | None) -> _Weight:
-        def weight(state: State, verdict: str, _: Run | None) -> float:
-            a = attempts[state]
-            return ran(verdict) * a.nodes if key in (None, a.type_key) else 0.0
-        return weight
-
-    def cost(state: State, verdict: str, _: Run | None) -> float:
-        return ran(verdict) * attempts[state].cost_per_second
-
-    def count(state: State, verdict: str, _: Run | None) -> float:
-        return 1.0
-
-    keys = sorted({a.type_key for a in attempts.values()})
+def stage_bound(stage: Stage, prices: Prices | None = None,
+                checkpoint_grace_seconds: int = CHECKPOINT_GRACE_SECONDS) -> StageBound:
+    """The worst and best case of one stage (its pods compiled with
+    ``checkpoint_grace_seconds``)."""
+    w = _weights(stage, prices or Prices.default(), checkpoint_grace_seconds)
+    if isinstance(w, StageBound):
+        return w
+    states, timeout = w.states, w.timeout
+    keys = sorted({a.type_key for a in w.attempts.values()})
     gpu_keys = [k for k in keys if k != CPU_NODE]
     worst = Figures(
-        wall_seconds=_longest(states, wall),
-        gpu_hours=_longest(states, gpu_seconds(None)) / 3600,
-        node_hours=_longest(states, node_seconds(None)) / 3600,
-        cost=_longest(states, cost),
-        gpu_hours_by_type={k: _longest(states, gpu_seconds(k)) / 3600 for k in gpu_keys},
-        node_hours_by_type={k: _longest(states, node_seconds(k)) / 3600 for k in keys},
-        attempts=int(_longest(states, count)),
+        wall_seconds=_longest(states, w.wall),
+        gpu_hours=_longest(states, w.gpu_seconds()) / 3600,
+        node_hours=_longest(states, w.node_seconds()) / 3600,
+        cost=_longest(states, w.cost),
+        gpu_hours_by_type={k: _longest(states, w.gpu_seconds(k)) / 3600 for k in gpu_keys},
+        node_hours_by_type={k: _longest(states, w.node_seconds(k)) / 3600 for k in keys},
+        attempts=int(_longest(states, w.count)),
     )
-    first = attempts[states[-1]]
+    first = w.attempts[states[-1]]
     best = Figures(
         wall_seconds=timeout,
         gpu_hours=timeout * first.nodes * first.gpus_per_node / 3600,
@@ -252,6 +308,30 @@ def stage_bound(stage: Stage, prices: Prices | None = None) -> StageBound:
         attempts=1,
     )
     return StageBound(stage.name, worst, best)
+
+
+def worst_verdicts(stage: Stage, figure: Figure = "max_wall", prices: Prices | None = None,
+                   checkpoint_grace_seconds: int = CHECKPOINT_GRACE_SECONDS) \
+        -> tuple[str, ...] | None:
+    """The verdicts of a history that reaches ``figure``'s worst case (each attempt's, first
+    to last), ``None`` where the stage has no bound: the adversary the property tests play
+    to show that the bound is reached, not padded."""
+    w = _weights(stage, prices or Prices.default(), checkpoint_grace_seconds)
+    if isinstance(w, StageBound):
+        return None
+    weight = w.of(figure)
+    value = _values(w.states, weight)
+    state, verdicts = w.states[-1], []
+    while True:
+        def gain(verdict: str, at: State = state) -> float:
+            action, nxt = step(at, verdict)
+            run = action if isinstance(action, Run) else None
+            return weight(at, verdict, run) + (value[nxt] if run is not None else 0.0)
+        verdict = max(possible(state), key=gain)  # the first of equals: a stable history
+        verdicts.append(verdict)
+        action, state = step(state, verdict)
+        if not isinstance(action, Run):
+            return tuple(verdicts)
 
 
 def _sum(figures: list[Figures], wall: float) -> Figures:
@@ -338,9 +418,6 @@ def parse_prices(data: object, base: Prices) -> Prices | str:
                 return found
             units_[key] = found
     return base.overridden(gpu, units_.get("cpu_hour"), units_.get("memory_gib_hour"))
-
-
-Figure = Literal["max_wall", "max_gpu_hours", "max_cost"]
 
 
 def figure_of(figures: Figures, limit: Figure) -> float:

@@ -54,15 +54,29 @@ def test_worst_case_spends_every_budget_once_each_attempt_to_its_timeout() -> No
     worst = found.worst
     # An OOM climb (8Gi -> 16Gi), one application retry, one preemption, the last attempt.
     assert worst.attempts == 4
-    # Four attempts of 1h and the one backoff before the application retry.
-    assert worst.wall_seconds == 4 * 3600 + 60
-    assert worst.gpu_hours == 4 * 2
-    assert worst.node_hours == 4
+    # Four attempts of 1h, the one backoff before the application retry, and the grace (30 s,
+    # Kubernetes' default: the stage does not checkpoint) of the two the kubelet SIGTERMs:
+    # the preempted one and the last, stopped at its timeout.
+    assert worst.wall_seconds == 4 * 3600 + 60 + 2 * 30
+    assert worst.gpu_hours == pytest.approx(2 * (4 + 2 * 30 / 3600))
+    assert worst.node_hours == pytest.approx(4 + 2 * 30 / 3600)
     # Per hour: 2 GPUs x $1 + 4 vCPU x $0.25 + memory x $0.125/GiB: $4 at 8Gi, $5 at 16Gi;
-    # the dearest path runs once at 8Gi and three times at 16Gi.
-    assert worst.cost == pytest.approx(4 + 3 * 5)
-    assert worst.gpu_hours_by_type == {"L4": 8}
-    assert worst.node_hours_by_type == {"L4": 4}
+    # the dearest path runs once at 8Gi and three times at 16Gi, two of them with their grace.
+    assert worst.cost == pytest.approx(4 + 3 * 5 + 2 * 5 * 30 / 3600)
+    assert worst.gpu_hours_by_type == {"L4": pytest.approx(2 * (4 + 2 * 30 / 3600))}
+    assert worst.node_hours_by_type == {"L4": pytest.approx(4 + 2 * 30 / 3600)}
+
+
+def test_a_checkpointing_stage_holds_its_node_for_the_compiled_grace() -> None:
+    """A stage that checkpoints gets the compiler's grace (300 s) for its final save: each
+    attempt the kubelet stops holds its GPUs that long after SIGTERM."""
+    checkpointing = pipeline(LADDER_STAGE.replace(
+        "  timeout = 1h\n", '  timeout = 1h\n  checkpoint { path = "/ckpt" }\n')).stages[0]
+    worst = stage_bound(checkpointing, ROUND).worst
+    assert worst is not None
+    assert worst.wall_seconds == 4 * 3600 + 60 + 2 * 300
+    shorter = stage_bound(checkpointing, ROUND, checkpoint_grace_seconds=60).worst
+    assert shorter is not None and shorter.wall_seconds == 4 * 3600 + 60 + 2 * 60
 
 
 def test_best_case_is_one_attempt_on_the_first_rung() -> None:
@@ -83,12 +97,15 @@ stage "s" {
 }
 """).stages[0], ROUND).worst
     assert found is not None
-    # No H100 within 30m, then 2h on an L4; or an H100 after 29m59s and 2h there.
-    assert found.wall_seconds == 30 * 60 + 2 * 3600
-    # One attempt runs either way: 2 GPU-hours, on either type; the H100 path costs most.
-    assert found.gpu_hours == 2
-    assert found.gpu_hours_by_type == {"H100": 2, "L4": 2}
-    assert found.cost == pytest.approx(2 * 10)
+    # No H100 within 30m, then 2h on an L4; or an H100 after 29m59s and 2h there; either
+    # stopped at its timeout, with 30 s of grace.
+    assert found.wall_seconds == 30 * 60 + 2 * 3600 + 30
+    # One attempt runs either way: 2 GPU-hours and the grace, on either type; the H100 path
+    # costs most.
+    hours = 2 + 30 / 3600
+    assert found.gpu_hours == pytest.approx(hours)
+    assert found.gpu_hours_by_type == {"H100": pytest.approx(hours), "L4": pytest.approx(hours)}
+    assert found.cost == pytest.approx(hours * 10)
 
 
 def test_pipeline_wall_follows_the_critical_path_and_sums_the_rest() -> None:
@@ -117,11 +134,13 @@ stage "c" {
     found = pipeline_bound(three, ROUND)
     assert found.worst is not None and found.best is not None
     assert found.critical_path == ("a", "b")
-    assert found.worst.wall_seconds == 3 * 3600
-    assert found.worst.node_hours == 3.5
-    assert found.worst.node_hours_by_type == {"cpu": 3.5}
+    # Each stage's one attempt stopped at its timeout, with 30 s of grace.
+    assert found.worst.wall_seconds == 3 * 3600 + 2 * 30
+    hours = 3.5 + 3 * 30 / 3600
+    assert found.worst.node_hours == pytest.approx(hours)
+    assert found.worst.node_hours_by_type == {"cpu": pytest.approx(hours)}
     assert found.worst.gpu_hours == 0
-    assert found.worst.cost == pytest.approx(3.5 * 2 * 0.25)
+    assert found.worst.cost == pytest.approx(hours * 2 * 0.25)
 
 
 def test_multi_node_restarts_count_every_node() -> None:
@@ -138,9 +157,12 @@ stage "s" {
 }
 """).stages[0], ROUND).worst
     assert found is not None
-    assert (found.attempts, found.wall_seconds, found.node_hours, found.gpu_hours) == \
-        (2, 2 * 3600, 2 * 2, 2 * 2 * 8)
-    assert found.cost == pytest.approx(2 * 2 * 8 * 10)
+    # Two attempts of both nodes, each stopped (preempted, timed out) with 30 s of grace.
+    hours = 2 * (1 + 30 / 3600)
+    assert (found.attempts, found.wall_seconds) == (2, 2 * 3600 + 2 * 30)
+    assert found.node_hours == pytest.approx(2 * hours)
+    assert found.gpu_hours == pytest.approx(2 * 8 * hours)
+    assert found.cost == pytest.approx(2 * 8 * hours * 10)
 
 
 @pytest.mark.parametrize(("text", "code", "line"), [
@@ -208,12 +230,12 @@ def test_cli_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             for line in out.splitlines()[2:] if line and not line.startswith("-")}
     assert rows["stage"] == ["attempts", "wall", "GPU-hours", "node-hours", "cost (USD)"]
     for name in ("s", "pipeline"):
-        assert rows[name] == ["4 / 1", "4h1m / 1h", "8.00 / 2.00", "4.00 / 1.00", "19.00 / 4.00"]
+        assert rows[name] == ["4 / 1", "4h2m / 1h", "8.03 / 2.00", "4.02 / 1.00", "19.08 / 4.00"]
     assert "critical path: s" in out
     assert main(["bound", str(source), "--prices", str(tmp_path / "prices.json"),
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["pipeline"]["worst"]["cost_usd"] == 19.0
+    assert data["pipeline"]["worst"]["cost_usd"] == pytest.approx(19 + 10 * 30 / 3600)
     assert data["prices"]["cpu_hour"] == 0.25
 
 
@@ -248,11 +270,12 @@ def test_check_and_compile_refuse_a_worst_case_above_a_limit(
     source.write_text(LIMITED)
     assert main(["check", str(source)]) == 1
     err = capsys.readouterr().err
-    # 4 attempts (1 + 3 preemptions) x 24h; 8 H100 x 96h; 768 GPU-hours at the default price.
-    assert "error[P0355]: the pipeline's worst-case wall time along the critical path s 96h " \
-           "exceeds `limits.max_wall` (48h); stage `s` dominates (96h)" in err
-    assert "lower `retry.preemptions` of stage `s` (it adds 72h to the worst case)" in err
-    assert "error[P0354]: stage `s`: worst-case GPU-hours 768.00 exceeds " \
+    # 4 attempts (1 + 3 preemptions) x 24h, each SIGTERMed (preempted, or stopped at its
+    # timeout) with 30 s of grace; 8 H100 x 96h2m: 768.27 GPU-hours at the default price.
+    assert "error[P0355]: the pipeline's worst-case wall time along the critical path s 96h2m " \
+           "exceeds `limits.max_wall` (48h); stage `s` dominates (96h2m)" in err
+    assert "lower `retry.preemptions` of stage `s` (it adds 72h1m30s to the worst case)" in err
+    assert "error[P0354]: stage `s`: worst-case GPU-hours 768.27 exceeds " \
            "`limits.max_gpu_hours` (500.00)" in err
     assert f"{source}:13:28" in err
     assert "P0355]: the pipeline's worst-case cost" in err
@@ -266,8 +289,8 @@ def test_limits_within_the_worst_case_pass_and_change_no_yaml(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plain = LIMITED.replace("  limits { max_wall = 48h  max_gpu_hours = 2000  max_cost = 5000 }\n",
                             "").replace("  limits { max_gpu_hours = 500 }\n", "")
-    roomy = LIMITED.replace("max_wall = 48h", "max_wall = 96h").replace(
-        "max_cost = 5000", "max_cost = 6000").replace("max_gpu_hours = 500", "max_gpu_hours = 768")
+    roomy = LIMITED.replace("max_wall = 48h", "max_wall = 97h").replace(
+        "max_cost = 5000", "max_cost = 6000").replace("max_gpu_hours = 500", "max_gpu_hours = 769")
     outputs = []
     for name, text in (("plain", plain), ("roomy", roomy)):
         source = tmp_path / name / "p.pipe"
@@ -341,6 +364,8 @@ stage "s" {
         for verdict in machine.possible(state):
             action, nxt = machine.step(state, verdict)
             spent = wait if verdict == machine.PENDING_TIMEOUT else wait + 3600
+            if verdict in (machine.PREEMPTED, machine.TIMEOUT):
+                spent += 30  # the kubelet's SIGTERM, then the pod's grace
             if isinstance(action, machine.Run):
                 spent += action.backoff + longest(nxt)
             best = max(best, spent)
@@ -351,5 +376,6 @@ stage "s" {
     assert worst is not None and worst.wall_seconds == longest(first)
     # By hand: an H100 found after 9m59s runs 1h and is OOM-killed; the 16Gi rung waits
     # another 10m for an H100 and gives way; on the L4, 2 application retries (1m, 2m of
-    # backoff), 1 preemption and the last attempt: 5 attempts of 1h, 20m of waiting.
-    assert worst.wall_seconds == 2 * 600 + 5 * 3600 + 60 + 120 == 19380
+    # backoff), 1 preemption and the last attempt, stopped at its timeout: 5 attempts of 1h,
+    # 20m of waiting, two graces of 30 s.
+    assert worst.wall_seconds == 2 * 600 + 5 * 3600 + 60 + 120 + 2 * 30 == 19440

@@ -60,6 +60,11 @@ type simOutcome struct {
 	// Termination message of main when a signal stops it first (a deadline: the controller's
 	// or the pod's activeDeadlineSeconds): what the runtime writes on SIGTERM. Default: Message.
 	TermMessage string `json:"termMessage,omitempty"`
+	// Minutes main takes to exit after the kubelet's SIGTERM (the pod's activeDeadlineSeconds,
+	// or a disruption): a final checkpoint save. The kubelet waits at most the pod's
+	// terminationGracePeriodSeconds (30 s unless set), then SIGKILLs; meanwhile the pod stays
+	// Running and holds its node. Default 0: main exits at once.
+	TermMinutes float64 `json:"termMinutes,omitempty"`
 	// Minutes the pod runs (or, for pending, stays unschedulable) on the simulated clock.
 	Minutes float64 `json:"minutes,omitempty"`
 	// pending: what happens after the wait ("" = stays pending for ever).
@@ -210,7 +215,11 @@ type simPod struct {
 	signalled bool
 	// Stopped by the kubelet at the pod's activeDeadlineSeconds.
 	deadlineExceeded bool
-	order            int
+	// SIGTERMed by the kubelet and still inside its grace period: ``stopped`` is what the
+	// pod ends with when main exits (or the grace runs out).
+	terminating bool
+	stopped     simOutcome
+	order       int
 }
 
 type simulator struct {
@@ -467,7 +476,30 @@ func deadlineLeft(p *apiv1.Pod) (time.Duration, bool) {
 func (s *simulator) exceedDeadline(sp *simPod, p *apiv1.Pod) {
 	code := int32(143)
 	sp.deadlineExceeded = true
-	s.finish(sp, p, simOutcome{Outcome: "deadline", ExitCode: &code, Message: sp.outcome.termMessage()})
+	s.stop(sp, p, simOutcome{Outcome: "deadline", ExitCode: &code, Message: sp.outcome.termMessage()})
+}
+
+// terminationGrace is the pod's terminationGracePeriodSeconds (Kubernetes' default, 30 s,
+// where the spec leaves it unset): how long the kubelet waits after SIGTERM before SIGKILL.
+func terminationGrace(p *apiv1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// stop plays the kubelet's SIGTERM to a running main: the pod ends with ``o`` once main has
+// taken its termMinutes to exit, or at once when it takes none; never later than the grace.
+func (s *simulator) stop(sp *simPod, p *apiv1.Pod, o simOutcome) {
+	term := time.Duration(sp.outcome.TermMinutes * float64(time.Minute))
+	if grace := terminationGrace(p); term > grace {
+		term = grace
+	}
+	if term <= 0 {
+		s.finish(sp, p, o)
+		return
+	}
+	sp.terminating, sp.stopped, sp.waitLeft = true, o, term
 }
 
 // awaitPodInformer waits until the pod informer (which Argo's test controller runs for real)
@@ -778,6 +810,20 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 			s.updatePod(p)
 			changed = true
 		case 1:
+			if sp.terminating {
+				// Inside the grace period: the deadline no longer applies (the kill is under
+				// way); the pod ends when main exits.
+				if sp.waitLeft > 0 {
+					if wait == 0 || sp.waitLeft < wait {
+						wait = sp.waitLeft
+					}
+					continue
+				}
+				sp.terminating = false
+				s.finish(sp, p, sp.stopped)
+				changed = true
+				continue
+			}
 			if left, ok := deadlineLeft(p); ok && p.Status.Phase == apiv1.PodRunning {
 				if left <= 0 {
 					s.exceedDeadline(sp, p)
@@ -810,7 +856,11 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 				changed = true
 				continue
 			}
-			s.finish(sp, p, o)
+			if o.Outcome == "disrupted" {
+				s.stop(sp, p, o) // the disruption's SIGTERM: main may take its grace
+			} else {
+				s.finish(sp, p, o)
+			}
 			changed = true
 		}
 	}
