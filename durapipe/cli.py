@@ -288,7 +288,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     loaded, found = _diagnose(args.file)
     if loaded.pipeline is None or any(d.is_error for d in found):
         return _report(found, 1, "human", warnings=True)
-    prices = bound.Prices.default()
+    prices = bound.Prices.of(loaded.pipeline)  # the pipeline's own over the defaults
     if args.prices is not None:
         try:
             with open(args.prices, encoding="utf-8") as handle:
@@ -390,7 +390,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     bound_.add_argument("--json", action="store_true", help="print JSON (for tools)")
     bound_.add_argument("--prices", metavar="FILE",
                         help='JSON price overrides: {"gpu": {"H100": 4.1}, "cpu_hour": 0.04, '
-                             '"memory_gib_hour": 0.005} (US dollars per hour)')
+                             '"memory_gib_hour": 0.005} (US dollars per hour), over the '
+                             "pipeline's own `prices` and the defaults")
     bound_.set_defaults(func=cmd_bound)
 
     checkpoints = sub.add_parser(

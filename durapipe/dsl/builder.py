@@ -36,8 +36,9 @@ from durapipe.dsl.model import ConfigMapKey, Ref, Secret, simplify_text
 from durapipe.dsl.source import KEY, Source, SourceMap, Span
 
 __all__ = [
-    "Affinity", "Cache", "Checkpoint", "CheckpointGc", "Cluster", "Distributed", "Gpu", "OnOom",
-    "Pipeline", "Resources", "Retry", "Volume", "config_map", "secret",
+    "Affinity", "Cache", "Checkpoint", "CheckpointGc", "Cluster", "Distributed", "Gpu", "Limits",
+    "OnOom",
+    "Pipeline", "Prices", "Resources", "Retry", "Volume", "config_map", "secret",
 ]
 
 _INTERP_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
@@ -193,6 +194,13 @@ class Limits(_Section):
 
     block = "limits"
     schema = td.LIMITS.schema
+
+
+class Prices(_Section):
+    """``prices { ... }`` of the pipeline: its own prices for the bound."""
+
+    block = "prices"
+    schema = td.PIPELINE_SCHEMA["prices"].schema  # type: ignore[union-attr]
 
 
 class Cluster(_Section):

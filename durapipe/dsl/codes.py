@@ -258,7 +258,14 @@ counts how often that happens and the worst case has no bound.  Set
     Code("P0352", "a GPU type has no price", """
 The cost of the worst case multiplies GPU-hours by a price per GPU-hour.  The default price
 table (`durapipe.dsl.catalog.GPU_PRICES`) holds the catalogue's types; a type the cluster
-block adds has none.  Give it one in a price file passed with `--prices FILE`:
+block adds has none.  Give it one in the pipeline, where `check` and `compile` (and a
+`limits.max_cost`) see it too:
+
+    pipeline "p" {
+      prices { gpu { MI300X = 4.5 } }
+    }
+
+or in a price file passed to `durapipe bound --prices FILE`, which overrides the pipeline's:
 
     {"gpu": {"MI300X": 4.5}}"""),
     Code("P0353", "invalid price file", """
@@ -309,6 +316,13 @@ built (Argo's own memoization has the same trap).  A digest cannot move:
     image = "ghcr.io/acme/train:2.3@sha256:4f1c..."                   # the tag for people, the digest for the key
 
 Where results must follow a moved tag, bump `cache { version = "..." }` when it moves."""),
+    Code("W0006", "a price for an unknown GPU type", """
+`prices { gpu { ... } }` names a GPU type that neither the catalogue (for the pipeline's
+`profile`) nor `cluster { gpu_products { ... } }` knows, so no stage can ask for it and the price
+prices nothing.  Usually a typo, which leaves the type it meant at the default price:
+
+    prices { gpu { H10O = 2.5 } }     # warned: did you mean H100?
+    prices { gpu { H100 = 2.5 } }"""),
     Code("W0003", "a credential written into the pipeline", """
 An `env` value or the `storage` URI looks like a credential: an AWS access key id (`AKIA...`,
 `ASIA...`), a 40-character secret key under a name with SECRET, PASSWORD or TOKEN in it,

@@ -245,6 +245,23 @@ class Limits:
     max_cost: Annotated[float, Bounds(ge=0, le=10**12)] | None = None
 
 
+#: US dollars per hour: a price the bound multiplies by hours.
+UsdPerHour = Annotated[float, Bounds(ge=0, le=10**6)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriceTable:
+    """The pipeline's own prices for `durapipe bound` and its `limits.max_cost`: each one
+    replaces the catalog's default (a `--prices FILE` replaces these in turn)."""
+
+    #: GPU type name to US dollars per GPU-hour.
+    gpu: dict[str, UsdPerHour] = field(default_factory=dict)
+    #: US dollars per vCPU-hour.
+    cpu_hour: UsdPerHour | None = None
+    #: US dollars per GiB-hour of memory.
+    memory_gib_hour: UsdPerHour | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Volume:
     """A volume mounted into the main container: exactly one of ``claim``, ``secret`` and
@@ -419,6 +436,8 @@ class Pipeline:
     params: tuple[Param, ...] = ()
     #: Ceilings on the pipeline's worst case (``durapipe bound``).
     limits: Limits | None = None
+    #: Prices the worst case's cost is reckoned at, over the catalog's defaults.
+    prices: PriceTable | None = None
     #: A scheduled collection of the pipeline's old checkpoint lines.
     checkpoint_gc: CheckpointGc | None = None
     stages: tuple[Stage, ...] = ()

@@ -136,6 +136,7 @@ PIPELINE_SCHEMA: dict[str, Kind] = {
     "cluster": BlockSchema({"gpu_resource": Attr(), "gpu_label": Attr(), "gpu_products": Map(),
                     "spot_selector": Map(), "on_demand_selector": Map()}),
     "limits": LIMITS,
+    "prices": BlockSchema({"gpu": Map(), "cpu_hour": Attr(), "memory_gib_hour": Attr()}),
     "checkpoint_gc": BlockSchema({"schedule": Attr(), "max_age": Attr(), "image": Attr()}),
 }
 

@@ -250,6 +250,22 @@ class _Checker:
                 help=f"pin it by digest (`{image}@sha256:...`): a tag pushed again after a "
                      "run reuses results built with the old image"))
 
+    def priced_types(self) -> None:
+        """W0006: a price for a GPU type nothing knows, which prices nothing (a typo leaves
+        the type it meant at the default price)."""
+        if self.p.prices is None:
+            return
+        known = catalog.known_gpu_types(self.p.cluster.profile, self.p.cluster.gpu_products)
+        for name in self.p.prices.gpu:
+            if name not in known:
+                self.add(warning(
+                    "W0006", f'a price for GPU type "{name}", which no stage can ask for',
+                    lookup(self.sm, ("prices", "gpu", name, KEY)) or self.at("prices", "gpu"),
+                    "not in the GPU catalogue",
+                    help=did_you_mean(name, known) or "name a type of the catalogue ("
+                         + ", ".join(known) + "), or add this one to "
+                         "`cluster { gpu_products { ... } }`"))
+
     def run(self) -> list[Diagnostic]:
         self.names()
         self.params()
@@ -258,6 +274,7 @@ class _Checker:
             self.stage(i, stage, stage_index)
         self.cycles(stage_index)
         self.tagged_cached_images()
+        self.priced_types()
         self.pipeline_settings()
         self.kube.templates()
         self.kube.kubernetes_text()

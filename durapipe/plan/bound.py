@@ -67,6 +67,14 @@ class Prices:
         return cls({name: p.usd_per_hour for name, p in catalog.GPU_PRICES.items()},
                    catalog.CPU_PRICE.usd_per_hour, catalog.MEMORY_PRICE.usd_per_hour)
 
+    @classmethod
+    def of(cls, pipeline: Pipeline) -> Prices:
+        """The catalog's defaults with the pipeline's own ``prices`` over them."""
+        table = pipeline.prices
+        if table is None:
+            return cls.default()
+        return cls.default().overridden(table.gpu, table.cpu_hour, table.memory_gib_hour)
+
     def overridden(self, gpu: Mapping[str, float] | None = None, cpu_hour: float | None = None,
                    memory_gib_hour: float | None = None) -> Prices:
         return Prices({**self.gpu, **(gpu or {})},
@@ -363,8 +371,9 @@ def _critical(pipeline: Pipeline, wall: Mapping[str, float]) -> tuple[float, tup
 
 
 def pipeline_bound(pipeline: Pipeline, prices: Prices | None = None) -> PipelineBound:
-    """Every stage's bound, and the pipeline's: ``worst``/``best`` are ``None`` when a stage
-    is unbounded."""
+    """Every stage's bound, and the pipeline's, at ``prices`` (the pipeline's own, over the
+    defaults, when not given): ``worst``/``best`` are ``None`` when a stage is unbounded."""
+    prices = prices or Prices.of(pipeline)
     stages = tuple(stage_bound(s, prices) for s in pipeline.stages)
     if any(b.worst is None or b.best is None for b in stages):
         return PipelineBound(stages, None, None, ())

@@ -58,8 +58,9 @@ def unbounded_diagnostics(pipeline: Pipeline, bound: PipelineBound,
             found.append(dg.error(
                 code, f"stage `{stage.stage}`: GPU type `{stage.detail}` has no price",
                 span, "no price for this type",
-                help=f'give it one in a price file: `--prices FILE` with '
-                     f'{{"gpu": {{"{stage.detail}": 2.5}}}} (US dollars per GPU-hour)'))
+                help=f'give it one in the pipeline, `prices {{ gpu {{ {stage.detail} = 2.5 }} }}` '
+                     f'(US dollars per GPU-hour), or in a price file: `--prices FILE` with '
+                     f'{{"gpu": {{"{stage.detail}": 2.5}}}}'))
     assert len(pipeline.stages) == len(bound.stages)
     return found
 
@@ -91,6 +92,7 @@ def limit_diagnostics(pipeline: Pipeline, source_map: SourceMap | None = None,
     if pipeline.limits is None and not limited:
         return []
     sm = source_map or {}
+    prices = prices or Prices.of(pipeline)
     bound = pipeline_bound(pipeline, prices)
     found: list[dg.Diagnostic] = []
     unbounded = unbounded_diagnostics(pipeline, bound, source_map)

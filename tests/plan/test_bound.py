@@ -379,3 +379,101 @@ stage "s" {
     # backoff), 1 preemption and the last attempt, stopped at its timeout: 5 attempts of 1h,
     # 20m of waiting, two graces of 30 s.
     assert worst.wall_seconds == 2 * 600 + 5 * 3600 + 60 + 120 + 2 * 30 == 19440
+
+
+PRICED = """pipeline "p" {
+  storage = "s3://b/p"
+  cluster {
+    gpu_products { MI300X = "AMD-Instinct-MI300X" }
+  }
+  prices {
+    gpu             { L4 = 1  MI300X = 3 }
+    cpu_hour        = 0.25
+    memory_gib_hour = 0.125
+  }
+}
+"""
+
+
+def test_the_pipelines_prices_replace_the_defaults_and_a_file_replaces_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loaded = loads(PRICED + LADDER_STAGE)
+    assert loaded.ok and loaded.pipeline is not None, loaded.diagnostics
+    prices = Prices.of(loaded.pipeline)
+    assert (prices.gpu["L4"], prices.cpu_hour, prices.memory_gib_hour) == (1, 0.25, 0.125)
+    assert prices.gpu["H100"] == Prices.default().gpu["H100"]  # the rest stay the catalog's
+    # The ROUND prices, written in the pipeline: the same cost as test_cli_table's file.
+    found = pipeline_bound(loaded.pipeline)
+    assert found.worst is not None
+    assert found.worst.cost == pytest.approx(19 + 10 * 30 / 3600)
+    source = tmp_path / "p.pipe"
+    source.write_text(PRICED + LADDER_STAGE)
+    (tmp_path / "prices.json").write_text('{"gpu": {"L4": 2.0}}')
+    assert main(["bound", str(source), "--json", "--prices", str(tmp_path / "prices.json")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # A file over the pipeline's: L4 at $2, the pipeline's CPU and memory prices kept; per
+    # hour $6 at 8Gi, $7 at 16Gi, the dearest path once at 8Gi, three times at 16Gi.
+    assert (data["prices"]["gpu_hour"]["L4"], data["prices"]["cpu_hour"]) == (2.0, 0.25)
+    assert data["pipeline"]["worst"]["cost_usd"] == pytest.approx(6 + 3 * 7 + 2 * 7 * 30 / 3600)
+
+
+def test_a_type_the_cluster_adds_is_priced_by_the_pipeline() -> None:
+    mi300x = LADDER_STAGE.replace('types = ["L4"]', 'types = ["MI300X"]')
+    unpriced = loads(PRICED.replace("  MI300X = 3", "") + mi300x)
+    assert unpriced.pipeline is not None
+    found = pipeline_bound(unpriced.pipeline)
+    assert (found.stages[0].unbounded, found.stages[0].detail) == ("unpriced_gpu", "MI300X")
+    (problem,) = bound_render.unbounded_diagnostics(unpriced.pipeline, found)
+    assert "prices { gpu { MI300X = 2.5 } }" in (problem.help or "")
+    priced = loads(PRICED + mi300x)
+    assert priced.pipeline is not None
+    worst = pipeline_bound(priced.pipeline).worst
+    assert worst is not None
+    # 2 MI300X x $3 + 4 vCPU x $0.25 + 8 or 16 GiB x $0.125: $8 an hour at 8Gi, $9 at 16Gi.
+    assert worst.cost == pytest.approx(8 + 3 * 9 + 2 * 9 * 30 / 3600)
+
+
+def test_max_cost_is_checked_at_the_pipelines_prices(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "p.pipe"
+    source.write_text(LIMITED)
+    assert main(["check", str(source)]) == 1
+    assert "worst-case cost" in capsys.readouterr().err
+    # At $1 per H100-hour, 768.27 GPU-hours cost well under the $5,000 ceiling.
+    source.write_text(LIMITED.replace("  limits {", "  prices { gpu { H100 = 1 } }\n  limits {", 1))
+    assert main(["check", str(source)]) == 1
+    err = capsys.readouterr().err
+    assert "worst-case cost" not in err and "error[P0355]: the pipeline's worst-case wall" in err
+
+
+def test_a_price_for_an_unknown_type_is_warned_at_its_value() -> None:
+    loaded = loads(PRICED.replace("L4 = 1", "L40 = 1") + LADDER_STAGE, "p.pipe")
+    assert loaded.ok  # a warning: the pipeline still checks
+    (warned,) = [d for d in loaded.diagnostics if d.code == "W0006"]
+    assert warned.message == 'a price for GPU type "L40", which no stage can ask for'
+    assert warned.help == "did you mean `L40S`?"
+    span = warned.labels[0].span
+    assert span is not None and loaded.source_map is not None
+    line = (PRICED.replace("L4 = 1", "L40 = 1")).splitlines()[span.line - 1]
+    assert "L40 = 1" in line
+
+
+def test_prices_in_the_builder_equal_the_pipe_file_and_round_trip_through_fmt() -> None:
+    from durapipe.dsl import builder
+    from durapipe.dsl.fmt import format_source
+
+    built = builder.Pipeline("p", storage="s3://b/p",
+                             cluster=builder.Cluster(gpu_products={"MI300X": "AMD-Instinct-MI300X"}),
+                             prices=builder.Prices(gpu={"L4": 1, "MI300X": 3}, cpu_hour=0.25,
+                                                   memory_gib_hour=0.125))
+    from_text = loads(PRICED).pipeline
+    assert from_text is not None and built.result().pipeline == from_text
+    formatted, problems = format_source(PRICED, "p.pipe")
+    assert not problems and loads(formatted).pipeline == from_text
+
+
+def test_a_negative_price_in_the_pipeline_is_refused() -> None:
+    loaded = loads(PRICED.replace("cpu_hour        = 0.25", "cpu_hour        = -1"), "p.pipe")
+    assert not loaded.ok
+    assert [(d.code, d.message) for d in loaded.diagnostics] == [
+        ("P0204", "`cpu_hour` must be at least 0, got -1.0")]
