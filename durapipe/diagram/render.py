@@ -3,13 +3,15 @@
 Nodes are the stages in declaration order; an edge is a data dependency (labelled with the
 outputs it carries) or a ``needs`` (dashed).  Each label holds what decides how a stage
 survives: its retry budgets, its memory (the OOM ladder's rungs), its GPU types in fallback
-order, and whether its result is cached.
+order, whether its result is cached, and what it can cost at worst (``durapipe bound``).
 """
 
 from __future__ import annotations
 
 from durapipe.diagram import summary
 from durapipe.dsl.model import Pipeline, Stage
+from durapipe.plan import bound_render
+from durapipe.plan.bound import Prices, stage_bound
 
 
 def edges(pipeline: Pipeline) -> list[tuple[str, str, tuple[str, ...], bool]]:
@@ -31,7 +33,8 @@ def edges(pipeline: Pipeline) -> list[tuple[str, str, tuple[str, ...], bool]]:
     return out
 
 
-def label_lines(stage: Stage) -> list[str]:
+def label_lines(stage: Stage, prices: Prices | None = None) -> list[str]:
+    """The lines of a stage's label; ``prices`` those of its pipeline (the defaults without)."""
     b = summary.budgets(stage)
     retry = f"{b.tries} tr{'ies' if b.tries != 1 else 'y'}, {b.preemptions} preemptions"
     lines = [stage.name, f"retry: {retry}"]
@@ -49,6 +52,7 @@ def label_lines(stage: Stage) -> list[str]:
     if stage.distributed is not None:
         extras.append(f"{stage.distributed.replicas} nodes")
     lines.append(", ".join(extras))
+    lines.append(bound_render.in_brief(stage_bound(stage, prices)))
     return lines
 
 
@@ -62,8 +66,9 @@ def _mermaid_text(text: str) -> str:
 def mermaid(pipeline: Pipeline) -> str:
     ids = {s.name: f"s{i}" for i, s in enumerate(pipeline.stages)}
     out = ["---", f"title: {_mermaid_text(pipeline.name)}", "---", "flowchart TD"]
+    prices = Prices.of(pipeline)
     for stage in pipeline.stages:
-        first, *rest = label_lines(stage)
+        first, *rest = label_lines(stage, prices)
         text = "<br/>".join([f"<b>{_mermaid_text(first)}</b>",
                              *(_mermaid_text(line) for line in rest)])
         out.append(f'  {ids[stage.name]}["{text}"]')
@@ -91,8 +96,9 @@ def dot(pipeline: Pipeline) -> str:
            "  rankdir=TB;",
            '  node [shape=box, style="rounded", fontname="Helvetica", fontsize=11];',
            '  edge [fontname="Helvetica", fontsize=10];']
+    prices = Prices.of(pipeline)
     for stage in pipeline.stages:
-        lines = label_lines(stage)
+        lines = label_lines(stage, prices)
         label = "\\n".join(_dot_text(line) for line in lines)
         style = ', penwidth=2.5' if stage.cache is not None else ""
         out.append(f'  "{_dot_text(stage.name)}" [label="{label}"{style}];')

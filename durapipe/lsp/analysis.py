@@ -316,6 +316,11 @@ def _describe_symbol(analysis: Analysis, symbol: SymbolId) -> str:
             facts += [f"GPUs {gpus}"] if gpus else []
             facts.append(summary.cache_text(stage))
             text += "\n\n" + "; ".join(facts)
+            from durapipe.plan import bound_render
+            from durapipe.plan.bound import Prices, stage_bound
+
+            brief = bound_render.in_brief(stage_bound(stage, Prices.of(analysis.pipeline)))
+            text += f"\n\n{brief} (`durapipe bound` shows how)"
         return text
     if symbol[0] == "output":
         text = f"output `{symbol[2]}` of stage `{symbol[1]}`, declared on line {line}"

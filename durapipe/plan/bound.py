@@ -171,20 +171,39 @@ def _variant(stage: Stage, rules: Rules, state: State, prices: Prices) -> _Attem
     return _Attempt(key, nodes, count, nodes * per_node_hour / 3600)
 
 
-def _reachable(rules: Rules) -> list[State]:
-    """Every state the machine reaches, latest first: each transition raises the attempt
-    number or the GPU type, so this order visits a state after all its successors."""
+#: One step out of a state: the verdict, the machine's next ``Run`` (``None``: the stage
+#: ends), and the state that run is in.
+_Move = tuple[str, Run | None, State]
+
+
+@dataclass(frozen=True)
+class _Explored:
+    """Every state the machine reaches, latest first (each transition raises the attempt
+    number or the GPU type, so a state comes after all its successors), with its moves:
+    stepped once, whatever number of figures is then maximised over them."""
+
+    states: list[State]
+    moves: Mapping[State, tuple[_Move, ...]]
+
+
+def _explore(rules: Rules) -> _Explored:
     _, first = begin(rules)
-    seen = {first: None}
+    moves: dict[State, tuple[_Move, ...]] = {}
     queue = deque([first])
     while queue:
         state = queue.popleft()
+        if state in moves:
+            continue
+        out: list[_Move] = []
         for verdict in possible(state):
             action, nxt = step(state, verdict)
-            if isinstance(action, Run) and nxt not in seen:
-                seen[nxt] = None
+            run = action if isinstance(action, Run) else None
+            out.append((verdict, run, nxt))
+            if run is not None and nxt not in moves:
                 queue.append(nxt)
-    return sorted(seen, key=lambda s: (s.attempt, s.gpu_type), reverse=True)
+        moves[state] = tuple(out)
+    states = sorted(moves, key=lambda s: (s.attempt, s.gpu_type), reverse=True)
+    return _Explored(states, moves)
 
 
 #: What one step of the path adds: the state, the verdict its attempt ended with, and the
@@ -192,23 +211,22 @@ def _reachable(rules: Rules) -> list[State]:
 _Weight = Callable[[State, str, Run | None], float]
 
 
-def _values(states: list[State], weight: _Weight) -> dict[State, float]:
+def _values(explored: _Explored, weight: _Weight) -> dict[State, float]:
     """The longest path's ``weight`` from each state to the end."""
     value: dict[State, float] = {}
-    for state in states:
+    for state in explored.states:
         best = 0.0
-        for verdict in possible(state):
-            action, nxt = step(state, verdict)
-            if isinstance(action, Run):
-                best = max(best, weight(state, verdict, action) + value[nxt])
-            else:
-                best = max(best, weight(state, verdict, None))
+        for verdict, run, nxt in explored.moves[state]:
+            gained = weight(state, verdict, run)
+            if run is not None:
+                gained += value[nxt]
+            best = max(best, gained)
         value[state] = best
     return value
 
 
-def _longest(states: list[State], weight: _Weight) -> float:
-    return _values(states, weight)[states[-1]]
+def _longest(explored: _Explored, weight: _Weight) -> float:
+    return _values(explored, weight)[explored.states[-1]]
 
 
 #: Verdicts of an attempt the kubelet stopped with SIGTERM, which then runs on for its grace.
@@ -220,7 +238,7 @@ class _Weights:
     """What each step of a stage's machine adds to each figure (the bound's prices)."""
 
     rules: Rules
-    states: list[State]
+    explored: _Explored
     attempts: Mapping[State, _Attempt]
     #: Seconds a pod runs on after SIGTERM (its ``terminationGracePeriodSeconds``).
     grace: float
@@ -274,14 +292,14 @@ def _weights(stage: Stage, prices: Prices, checkpoint_grace_seconds: int) \
         # The machine restarts a preempted group without spending a budget: no count of
         # preemptions, so no bound.
         return StageBound(stage.name, None, None, "restarts_without_budget")
-    states = _reachable(rules)
+    explored = _explore(rules)
     attempts: dict[State, _Attempt] = {}
-    for state in states:
+    for state in explored.states:
         found = _variant(stage, rules, state, prices)
         if isinstance(found, str):
             return StageBound(stage.name, None, None, "unpriced_gpu", found)
         attempts[state] = found
-    return _Weights(rules, states, attempts,
+    return _Weights(rules, explored, attempts,
                     float(grace_seconds(stage.checkpoint is not None, checkpoint_grace_seconds)))
 
 
@@ -292,19 +310,19 @@ def stage_bound(stage: Stage, prices: Prices | None = None,
     w = _weights(stage, prices or Prices.default(), checkpoint_grace_seconds)
     if isinstance(w, StageBound):
         return w
-    states, timeout = w.states, w.timeout
+    explored, timeout = w.explored, w.timeout
     keys = sorted({a.type_key for a in w.attempts.values()})
     gpu_keys = [k for k in keys if k != CPU_NODE]
     worst = Figures(
-        wall_seconds=_longest(states, w.wall),
-        gpu_hours=_longest(states, w.gpu_seconds()) / 3600,
-        node_hours=_longest(states, w.node_seconds()) / 3600,
-        cost=_longest(states, w.cost),
-        gpu_hours_by_type={k: _longest(states, w.gpu_seconds(k)) / 3600 for k in gpu_keys},
-        node_hours_by_type={k: _longest(states, w.node_seconds(k)) / 3600 for k in keys},
-        attempts=int(_longest(states, w.count)),
+        wall_seconds=_longest(explored, w.wall),
+        gpu_hours=_longest(explored, w.gpu_seconds()) / 3600,
+        node_hours=_longest(explored, w.node_seconds()) / 3600,
+        cost=_longest(explored, w.cost),
+        gpu_hours_by_type={k: _longest(explored, w.gpu_seconds(k)) / 3600 for k in gpu_keys},
+        node_hours_by_type={k: _longest(explored, w.node_seconds(k)) / 3600 for k in keys},
+        attempts=int(_longest(explored, w.count)),
     )
-    first = w.attempts[states[-1]]
+    first = w.attempts[explored.states[-1]]
     best = Figures(
         wall_seconds=timeout,
         gpu_hours=timeout * first.nodes * first.gpus_per_node / 3600,
@@ -328,17 +346,16 @@ def worst_verdicts(stage: Stage, figure: Figure = "max_wall", prices: Prices | N
     if isinstance(w, StageBound):
         return None
     weight = w.of(figure)
-    value = _values(w.states, weight)
-    state, verdicts = w.states[-1], []
+    value = _values(w.explored, weight)
+    state, verdicts = w.explored.states[-1], []
     while True:
-        def gain(verdict: str, at: State = state) -> float:
-            action, nxt = step(at, verdict)
-            run = action if isinstance(action, Run) else None
+        def gain(move: _Move, at: State = state) -> float:
+            verdict, run, nxt = move
             return weight(at, verdict, run) + (value[nxt] if run is not None else 0.0)
-        verdict = max(possible(state), key=gain)  # the first of equals: a stable history
+        # The first of equals: a stable history.
+        verdict, run, state = max(w.explored.moves[state], key=gain)
         verdicts.append(verdict)
-        action, state = step(state, verdict)
-        if not isinstance(action, Run):
+        if run is None:
             return tuple(verdicts)
 
 

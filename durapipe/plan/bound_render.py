@@ -186,6 +186,26 @@ def table(bound: PipelineBound) -> str:
     return "\n".join(out) + "\n"
 
 
+_REASONS: dict[str, str] = {
+    "no_timeout": "no timeout",
+    "restarts_without_budget": "preemptions restart it without a budget",
+    "unpriced_gpu": "GPU type {detail} has no price",
+}
+
+
+def in_brief(stage: StageBound) -> str:
+    """One line of a stage's bound, for a graph's label and an editor's hover (plain text:
+    Mermaid and dot labels take no Markdown)."""
+    worst, best = stage.worst, stage.best
+    if worst is None or best is None or stage.unbounded is not None:
+        reason = _REASONS[stage.unbounded or "no_timeout"].format(detail=stage.detail)
+        return f"worst case: unbounded ({reason})"
+    text = f"worst case: {_hours(worst.wall_seconds)}"
+    if worst.gpu_hours:
+        text += f", {_num(worst.gpu_hours)} GPU-h"
+    return text + f", ${_num(worst.cost)} (best {_hours(best.wall_seconds)})"
+
+
 def _figures(figures: Figures | None) -> dict[str, object] | None:
     if figures is None:
         return None

@@ -85,3 +85,24 @@ def test_the_readme_shows_what_graph_prints() -> None:
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     shown = readme.split("```mermaid\n", 1)[1].split("```", 1)[0]
     assert shown == render.mermaid(_pipeline(REPO_ROOT / "examples" / "prep_train_eval.pipe"))
+
+
+def test_each_label_ends_with_the_stages_bound_at_the_pipelines_prices() -> None:
+    """#24: the graph shows what `durapipe bound` says of each stage, priced as the pipeline
+    prices it (a team's own rate moves the figure in the graph too)."""
+    from dataclasses import replace
+
+    from durapipe.dsl.model import PriceTable
+    from durapipe.plan import bound_render
+    from durapipe.plan.bound import Prices, stage_bound
+
+    pipeline = _pipeline(REPO_ROOT / "examples" / "spot_training.pipe")
+    for stage in pipeline.stages:
+        last = render.label_lines(stage, Prices.of(pipeline))[-1]
+        assert last == bound_render.in_brief(stage_bound(stage, Prices.of(pipeline)))
+        assert last.startswith("worst case: ")
+    cheap = replace(pipeline, prices=PriceTable(gpu={"A10G": 0.01}, cpu_hour=0.0,
+                                                memory_gib_hour=0.0))
+    before, after = render.dot(pipeline), render.dot(cheap)
+    assert "$253.94" in before and "$253.94" not in after
+    assert "156.92 GPU-h, $1.57 (best 12h)" in after  # 156.92 A10G-hours x $0.01

@@ -151,3 +151,26 @@ def test_needs_completion_never_offers_a_stage_that_would_make_a_cycle() -> None
     analysis = an.analyse(text, "prep_train_eval.pipe")
     cursor = text.index("needs = []", at) + len("needs = [")
     assert [i.label for i in cp.complete(text, cursor, analysis)] == ["prep", "train"]
+
+
+def test_hover_on_a_stage_shows_its_worst_case_at_the_pipelines_prices() -> None:
+    """#24: the hover of a stage's name holds `durapipe bound`'s worst case, at the prices
+    the pipeline sets; a stage without a bound says why."""
+    text = (EXAMPLES[0].parent / "gpu_fallback.pipe").read_text()
+    analysis = an.analyse(text, "gpu_fallback.pipe")
+    found = an.hover(analysis, text.index('stage "finetune"') + len('stage "f'))
+    assert found is not None
+    # docs/language.md derives each number.
+    assert "worst case: 97h20m, 1,541.33 GPU-h, $6,115.02 (best 24h)" in found[0]
+    # The team's own H100 rate: the dearest path (every attempt on H100) costs less.
+    cheaper = text.replace('pipeline "llm-finetune" {',
+                           'pipeline "llm-finetune" {\n  prices { gpu { H100 = 1 } }', 1)
+    assert cheaper != text
+    analysis = an.analyse(cheaper, "gpu_fallback.pipe")
+    found = an.hover(analysis, cheaper.index('stage "finetune"') + len('stage "f'))
+    assert found is not None and "worst case: 97h20m, 1,541.33 GPU-h, $" in found[0]
+    assert "$6,115.02" not in found[0]
+    text = (EXAMPLES[0].parent / "prep_train_eval.pipe").read_text()
+    analysis = an.analyse(text, "prep_train_eval.pipe")
+    found = an.hover(analysis, text.index('stage "train"') + len('stage "t'))
+    assert found is not None and "worst case: unbounded (no timeout)" in found[0]
