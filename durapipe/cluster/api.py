@@ -296,6 +296,25 @@ class Cluster:
         items = listed.get("items")
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
+    def pod_events(self, reason: str) -> dict[str, str]:
+        """The newest message of the namespace's Events with ``reason`` about each pod, by
+        pod name (Events outlive the pods they are about, for an hour by default)."""
+        what = f"list the Events of pods with reason {reason}"
+        answer = self.call(what, self.core().list_namespaced_event, self.namespace,
+                           field_selector=f"involvedObject.kind=Pod,reason={reason}",
+                           _preload_content=False)
+        listed = self._object(what, _json_answer(self, what, answer))
+        items = listed.get("items")
+        newest: dict[str, tuple[str, str]] = {}
+        for event in items if isinstance(items, list) else []:
+            if not isinstance(event, dict):
+                continue
+            pod = (event.get("involvedObject") or {}).get("name")
+            when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+            if isinstance(pod, str) and (pod not in newest or when >= newest[pod][0]):
+                newest[pod] = (when, str(event.get("message") or ""))
+        return {pod: message for pod, (_, message) in newest.items()}
+
     def pod_log(self, pod: str, container: str) -> str:
         what = f"read the log of pod {pod} (container {container})"
         answer = self.call(what, self.core().read_namespaced_pod_log, pod, self.namespace,

@@ -721,6 +721,32 @@ def _never_started(node: Json) -> bool:
             and not str((node.get("outputs") or {}).get("exitCode", "")))
 
 
+#: What Argo's node says of an attempt whose pod was deleted under it.
+POD_DELETED = "pod deleted"
+#: The reason of the Event Kueue records on a pod it stops (v0.17 ``jobframework.ReasonStopped``:
+#: a preemption, an eviction), whose message says why; the pod itself is then deleted.
+KUEUE_STOPPED = "Stopped"
+#: Argo v4's longest pod-name prefix (``util.maxPrefixLength - 1``).
+_POD_PREFIX_LIMIT = 253 - 10 - 1
+
+
+def pod_name(workflow: str, node: Mapping[str, Any]) -> str:
+    """The name Argo v4 gave the pod of ``node`` (``util.GeneratePodName``, names v2): the
+    Workflow's name and the template's, then the FNV-1a hash of the node's name."""
+    name = str(node.get("name") or "")
+    template = str(node.get("templateName") or
+                   (node.get("templateRef") or {}).get("template") or "")
+    prefix = f"{workflow}-{template}" if template else workflow
+    digest = 0x811C9DC5
+    for byte in name.encode():
+        digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{prefix[:_POD_PREFIX_LIMIT]}-{digest}"
+
+
+def _deleted(node: Json) -> bool:
+    return node.get("type") == "Pod" and str(node.get("message", "")) == POD_DELETED
+
+
 @dataclass(frozen=True)
 class Reads:
     """What ``interpret`` would use besides the Workflow, to be read from the cluster."""
@@ -732,6 +758,8 @@ class Reads:
     pods: bool = False
     #: The memoization ConfigMaps whose entries explain its cache misses.
     caches: frozenset[str] = frozenset()
+    #: Pods deleted under an attempt, which Kueue may have stopped (its ``Stopped`` events).
+    deleted_pods: frozenset[str] = frozenset()
 
 
 def reads_for(wf: Mapping[str, Any]) -> Reads:
@@ -742,8 +770,10 @@ def reads_for(wf: Mapping[str, Any]) -> Reads:
     except MalformedWorkflow:
         return Reads()
     nodes = list(((checked.get("status") or {}).get("nodes") or {}).values())
+    workflow = str((checked.get("metadata") or {}).get("name") or "")
     return Reads(jobset_selector=_jobset_selector(_Templates(checked)),
-                 pods=any(_never_started(n) for n in nodes), caches=_missed_caches(nodes))
+                 pods=any(_never_started(n) for n in nodes), caches=_missed_caches(nodes),
+                 deleted_pods=frozenset(pod_name(workflow, n) for n in nodes if _deleted(n)))
 
 
 @dataclass
@@ -864,14 +894,15 @@ def checkpoint_lines(wf: object) -> dict[str, str]:
 
 def interpret(wf: object, jobsets: Iterable[object] = (),
               caches: Mapping[str, object] | None = None,
-              pods: Iterable[object] = ()) -> RunReport:
+              pods: Iterable[object] = (), stopped: Mapping[str, str] | None = None) -> RunReport:
     """The stage report of one Workflow object (any phase, any point of its run), as the API
     server returned it; ``MalformedWorkflow`` where it is not shaped like one (``check_shape``).
 
     ``jobsets``: the JobSets of the run's multi-node stages (``reads_for``), whose restarts
     the Workflow does not record; other objects in it are ignored.  ``caches``: the data of
     the memoization ConfigMaps it uses (``reads_for``), which say why a stage missed.
-    ``pods``: the run's pods (``reads_for``), whose containers say why one cannot start."""
+    ``pods``: the run's pods (``reads_for``), whose containers say why one cannot start.
+    ``stopped``: of its deleted pods (``reads_for``), those Kueue stopped, with its words."""
     checked = check_shape(wf)
     run_pods = [p for p in pods if isinstance(p, dict)]
     own_uid = (checked.get("metadata") or {}).get("uid")
@@ -903,6 +934,10 @@ def interpret(wf: object, jobsets: Iterable[object] = (),
             continue
         pod = find_pod(node, run_pods) if run_pods and _never_started(node) else None
         attempt = _attempt(node, tmpl, pod_waiting_message(pod) if pod is not None else "")
+        kueue = (stopped or {}).get(pod_name(str(meta.get("name") or ""), node)) \
+            if _deleted(node) else None
+        if kueue is not None:
+            attempt = replace(attempt, reason=f"preempted by Kueue: {kueue}")
         js_plan = _jobset_plan(tmpl)
         if js_plan is not None:
             js = _jobset_for(node, stage, owned, taken)

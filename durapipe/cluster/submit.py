@@ -433,8 +433,16 @@ def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
             pass  # without `list` of pods the report has Argo's message only
     caches = (read_caches(cluster, reads.caches, argo_namespace)
               if argo_namespace is not None else None)
+    stopped: dict[str, str] = {}
+    if reads.deleted_pods:
+        try:
+            stopped = {pod: message for pod, message in
+                       cluster.pod_events(run_status.KUEUE_STOPPED).items()
+                       if pod in reads.deleted_pods}
+        except ClusterError:
+            pass  # without `list` of events the report says "pod deleted", as Argo does
     try:
-        return run_status.interpret(wf, jobsets, caches, pods)
+        return run_status.interpret(wf, jobsets, caches, pods, stopped)
     except run_status.MalformedWorkflow as exc:
         raise ClusterError(f"the API server at {cluster.server} returned a Workflow {name} "
                            f"that durapipe cannot read: {exc}") from None

@@ -602,3 +602,33 @@ def test_the_jobset_selector_comes_from_the_manifest_not_the_workflows_labels() 
     wf["metadata"]["labels"] = {"workflows.argoproj.io/workflow-template": "pretrain-7b"}
     assert run_status.reads_for(wf).jobset_selector == "durapipe.dev/pipeline=pretrain-7b"
     assert run_status.reads_for(load_recorded("cache-hit")).jobset_selector == ""
+
+
+def test_pod_names_are_argos() -> None:
+    """Argo v4's own test vectors (workflow/util/pod_name_v2_test.go), the hash computed once
+    with Go's hash/fnv: FNV-1a of "nodename" is 1454367246."""
+    assert run_status.pod_name("wfname", {"name": "nodename", "templateName": "templatename"}) \
+        == "wfname-templatename-1454367246"
+    assert run_status.pod_name("wfname", {"name": "nodename"}) == "wfname-1454367246"
+    long_wf, long_tmpl = "w" * 150, "t" * 150
+    name = run_status.pod_name(long_wf, {"name": "nodename", "templateName": long_tmpl})
+    assert name == f"{(long_wf + '-' + long_tmpl)[:242]}-1454367246"
+
+
+def test_an_attempt_kueue_stopped_says_preempted_by_kueue() -> None:
+    """Kueue stops a preempted pod by deleting it (Argo says only "pod deleted") and records a
+    `Stopped` Event on the pod: status reads that Event for each deleted attempt's pod."""
+    wf = copy.deepcopy(load_recorded("spot-preemptions"))
+    first = min((n for n in wf["status"]["nodes"].values() if n.get("type") == "Pod"),
+                key=lambda n: n["startedAt"])
+    first.update(phase="Error", message=run_status.POD_DELETED)
+    pod = run_status.pod_name(wf["metadata"]["name"], first)
+    assert run_status.reads_for(wf).deleted_pods == {pod}
+    words = ("Preempted to accommodate a workload (UID: 1c3e) due to prioritization in the "
+             "ClusterQueue")
+    found = stage(interpret(wf, stopped={pod: words}), "train")
+    assert found.attempts[0].verdict == "preempted"
+    assert found.attempts[0].reason == f"preempted by Kueue: {words}"
+    # Without Kueue's Event it is what Argo says.
+    assert "Kueue" not in stage(interpret(wf), "train").attempts[0].reason
+    assert run_status.reads_for(load_recorded("spot-preemptions")).deleted_pods == frozenset()

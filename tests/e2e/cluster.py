@@ -3,8 +3,9 @@
 ``Cluster.start(state_dir)`` builds (or reuses, see ``tests/argo/argo_tools.py``) etcd,
 kube-apiserver, kube-scheduler, kube-controller-manager (``tools/cluster/k8s``), Argo v4.1.2's
 workflow-controller (``tools/cluster/argo``, from ``../shared``), JobSet v0.12.0's controller
-(``tools/cluster/jobset``, from ``../shared``) and KWOK (``tools/cluster/kwok``), and starts them
-with free ports and all state under ``state_dir``:
+(``tools/cluster/jobset``, from ``../shared``), Kueue v0.17.0's controller (``tools/cluster/kueue``,
+started by ``kueue.py`` for the cases that queue) and KWOK (``tools/cluster/kwok``), and starts
+them with free ports and all state under ``state_dir``:
 
 - etcd, plain HTTP on 127.0.0.1;
 - kube-apiserver with a token file (one admin token in ``system:masters``), RBAC, service-account
@@ -27,6 +28,7 @@ and what is played is described in docs/argo-harness.md.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +52,7 @@ from argo.argo_tools import (
     ToolError,
     argo_source_or_skip,
     build_go_command,
+    cache_root,
     go_module_dir,
     go_or_skip,
 )
@@ -70,6 +73,9 @@ COMMANDS: dict[str, dict[str, str]] = {
         "workflow-controller": "github.com/argoproj/argo-workflows/v4/cmd/workflow-controller",
     },
     "cluster/jobset": {"jobset-controller": "sigs.k8s.io/jobset"},
+    # Started only when a case needs it (tests/e2e/kueue.py).
+    "cluster/kueue": {"kueue-controller":
+                      "github.com/durapipe/durapipe/tools/cluster/kueue/cmd/kueue-e2e"},
 }
 ADMIN_TOKEN = "durapipe-e2e-admin"
 #: The real node (tests/e2e/realnode.py): its name and its kubelet's API token.
@@ -94,13 +100,39 @@ def build_binaries() -> dict[str, Path]:
     # The version the binaries report (the kubelet's node status, the API server's /version),
     # as Kubernetes' own release build stamps it; without it they say v0.0.0-master.
     stamp = f"-X k8s.io/component-base/version.gitVersion={kubernetes_version()}"
+    overlays = {"workflow-controller": overlay, "kueue-controller": kueue_overlay()}
     out: dict[str, Path] = {}
     for tool, commands in COMMANDS.items():
         for name, pkg in commands.items():
             out[name] = build_go_command(
-                tool, name, pkg, overlay if name == "workflow-controller" else None,
+                tool, name, pkg, overlays.get(name),
                 ldflags=stamp if tool == "cluster/k8s" else "")
     return out
+
+
+#: The one line of Kueue v0.17.0's cmd/kueue/main.go the e2e build changes (see
+#: tools/cluster/kueue/cmd/kueue-e2e/zz_durapipe_metrics_certs.go).
+KUEUE_METRICS_LINE = 'metricsCertPath := "/etc/kueue/metrics/certs"'
+
+
+def kueue_overlay() -> dict[str, Path]:
+    """Kueue's main.go with its fixed metrics certificate directory read from the environment,
+    put by ``go build -overlay`` beside the function that reads it (our cmd/kueue-e2e)."""
+    kueue_dir = TOOLS / "cluster" / "kueue"
+    main_go = go_module_dir(kueue_dir, "sigs.k8s.io/kueue") / "cmd" / "kueue" / "main.go"
+    text = main_go.read_text()
+    if text.count(KUEUE_METRICS_LINE) != 1:
+        raise ToolError(f"{main_go} no longer has the line the e2e build changes: "
+                        f"{KUEUE_METRICS_LINE}")
+    patched = text.replace(KUEUE_METRICS_LINE, "metricsCertPath := durapipeMetricsCertPath()")
+    digest = hashlib.sha256(patched.encode()).hexdigest()[:16]
+    out = cache_root() / "kueue-overlay" / digest / "main.go"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(patched)
+        tmp.replace(out)
+    return {str(kueue_dir / "cmd" / "kueue-e2e" / "main.go"): out}
 
 
 def kubernetes_version() -> str:
@@ -440,10 +472,7 @@ class Cluster:
         self.timings["argo-install"] = time.monotonic()
 
         # The controller runs as its ServiceAccount, so Argo's own RBAC decides what it may do.
-        token = self.kubectl("create", "token", "argo", "-n", ARGO_NAMESPACE,
-                             "--duration=24h").stdout.strip()
-        argo_kc = st / "argo.kubeconfig"
-        argo_kc.write_text(_kubeconfig(self.server, token, ARGO_NAMESPACE))
+        argo_kc = self.account_kubeconfig("argo", ARGO_NAMESPACE, st / "argo.kubeconfig")
         wc_env = _base_env()
         wc_env.update(LEADER_ELECTION_IDENTITY="e2e-controller",
                       # Short lease periods: a fresh controller leads within a second or two.
@@ -479,16 +508,8 @@ class Cluster:
         self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
                      "--force-conflicts", "-f", str(jobset_crd()), "-f", "-",
                      input=yaml.safe_dump_all(docs), timeout=300)
-        # Not `kubectl wait`: read just after the apply, the CRD may have no conditions yet,
-        # and kubectl then fails ("status.conditions accessor error") instead of waiting.
-        _wait("JobSet's CRD established", lambda: self.kubectl(
-            "get", "crd", "jobsets.jobset.x-k8s.io", "-o",
-            'jsonpath={.status.conditions[?(@.type=="Established")].status}',
-            check=False).stdout.strip() == "True", 60)
-        token = self.kubectl("create", "token", JOBSET_ACCOUNT, "-n", JOBSET_NAMESPACE,
-                             "--duration=24h").stdout.strip()
-        kc = st / "jobset.kubeconfig"
-        kc.write_text(_kubeconfig(self.server, token, JOBSET_NAMESPACE))
+        self.wait_crd_established("jobsets.jobset.x-k8s.io")
+        kc = self.account_kubeconfig(JOBSET_ACCOUNT, JOBSET_NAMESPACE, st / "jobset.kubeconfig")
         cfg = st / "jobset-config.yaml"
         cfg.write_text(yaml.safe_dump({
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
@@ -508,6 +529,21 @@ class Cluster:
             str(self.bins["jobset-controller"]), f"--kubeconfig={kc}", f"--config={cfg}",
             "--zap-devel=false", "--zap-log-level=info",
         ], {**_base_env(), "KUBECONFIG": str(kc)}
+
+    def wait_crd_established(self, crd: str, timeout: float = 60) -> None:
+        # Not `kubectl wait`: read just after the apply, the CRD may have no conditions yet,
+        # and kubectl then fails ("status.conditions accessor error") instead of waiting.
+        _wait(f"CRD {crd} established", lambda: self.kubectl(
+            "get", "crd", crd, "-o",
+            'jsonpath={.status.conditions[?(@.type=="Established")].status}',
+            check=False).stdout.strip() == "True", timeout)
+
+    def account_kubeconfig(self, account: str, namespace: str, path: Path) -> Path:
+        """A kubeconfig for a controller run out of cluster as its own ServiceAccount."""
+        token = self.kubectl("create", "token", account, "-n", namespace,
+                             "--duration=24h").stdout.strip()
+        path.write_text(_kubeconfig(self.server, token, namespace))
+        return path
 
     def ensure_namespace(self, name: str) -> None:
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}])

@@ -15,12 +15,17 @@ on the real clock. A submission may set ``params`` and ``workflow_deadline`` (th
 - ``nodes.<stage>``: the node each of its pods ran on, in order;
 - ``cache_hits`` / ``cache_misses``: stages whose memoized node was (not) a hit;
 - ``cache_miss_reasons``: per stage, a text that `durapipe status` must give as its miss's reason;
+- ``attempt_reasons``: per stage, a text that `durapipe status` must give as one attempt's reason;
 - ``restart_attempts.<stage>``: a JobSet's pods' restart attempts, in the order they ended;
 - ``nodes_distinct.<stage>``: how many nodes that stage's pods ran on;
 - ``jobset.<stage>``: fields of the JobSet's final ``status`` (``terminalState``, ``restarts``,
   ``restartsCountTowardsMax``; an absent count is 0).
 - ``max_workflow_bytes``: the most bytes the JSON of the run's Workflow, and of each child
-  Workflow it created (label ``durapipe.dev/parent-workflow``), may take as read back.
+  Workflow it created (label ``durapipe.dev/parent-workflow``), may take as read back;
+- ``kueue.admitted`` / ``kueue.preempted``: how many times Kueue admitted and preempted the
+  Workloads of the run's pods (its events). A case's ``[kueue]`` section (tests/e2e/kueue.py)
+  starts Kueue, manages the pipeline's namespace and gives it quota per GPU type; its
+  ``holders`` are other teams' pods in the same queue, created and deleted on timers.
 """
 
 from __future__ import annotations
@@ -106,6 +111,12 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
     """Run every submission of ``case``; return the list of failed expectations."""
     docs = compile_case(case, tmp)
     namespaces = sorted({d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]})
+    kueue_spec = case.spec.get("kueue")
+    if kueue_spec is not None:
+        from .kueue import case_setup
+
+        (namespace,) = namespaces
+        case_setup(cluster, kueue_spec, namespace, case.name.replace("_", "-"))
     for ns in namespaces:
         cluster.ensure_namespace(ns)
     cluster.apply(docs)
@@ -113,6 +124,7 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
     cron = [d for d in docs if d["kind"] == "CronWorkflow"]
     problems: list[str] = []
     for i, sub in enumerate(case.spec.get("submit", [{}])):
+        holders = None
         prefix = cron[0]["metadata"]["name"] if cron else f"{case.name.replace('_', '-')}-{i}-"
         fates.fates[prefix] = {stage: Fate(**f) for stage, f in
                                (case.spec.get("fates") or {}).items()}
@@ -130,23 +142,43 @@ def run_case(case: Case, cluster: Cluster, fates: FateWatcher, tmp: Path) -> lis
                                for k, v in (sub.get("params") or {}).items()]}}}
             if "workflow_deadline" in sub:
                 wf["spec"]["activeDeadlineSeconds"] = int(sub["workflow_deadline"])
+            holders = None
+            if kueue_spec is not None:
+                from .kueue import Holders
+
+                holders = Holders(cluster, kueue_spec, ns, prefix)
+                holders.start()
             name = cluster.kubectl("create", "-f", "-", "-o", "name",
                                    input=yaml.safe_dump(wf)).stdout.strip().split("/")[-1]
-        done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
+        try:
+            done = wait_workflow(cluster, ns, name, float(sub.get("timeout", 240)))
+        finally:
+            if holders is not None:
+                holders.stop()
+                problems += [f"submission {i}: {e}" for e in holders.errors]
         problems += [f"submission {i} ({name}): {p}" for p in check(sub, done, fates, name)]
-        if "cache_miss_reasons" in sub:
+        if "kueue" in sub:
+            from .kueue import workload_events
+
+            got = workload_events(cluster, ns, name)
+            problems += [f"submission {i} ({name}): Kueue {k} its pods' Workloads {got[k]} "
+                         f"times, expected {want}" for k, want in sub["kueue"].items()
+                         if got.get(k) != want]
+        if "cache_miss_reasons" in sub or "attempt_reasons" in sub:
             problems += [f"submission {i} ({name}): {p}" for p in
-                         check_miss_reasons(cluster, ns, name, sub["cache_miss_reasons"])]
+                         check_status(cluster, ns, name, sub.get("cache_miss_reasons") or {},
+                                      sub.get("attempt_reasons") or {})]
         if "max_workflow_bytes" in sub:
             problems += [f"submission {i} ({name}): {p}" for p in
                          check_sizes(cluster, ns, done, int(sub["max_workflow_bytes"]))]
     return problems
 
 
-def check_miss_reasons(cluster: Cluster, ns: str, name: str,
-                       want: dict[str, str]) -> list[str]:
-    """`durapipe status --json` (the CLI, against this control plane) says of each stage why
-    it missed: ``want`` maps a stage to a text its reason must contain."""
+def check_status(cluster: Cluster, ns: str, name: str, misses: dict[str, str],
+                 attempts: dict[str, str]) -> list[str]:
+    """`durapipe status --json` (the CLI, against this control plane) says of each stage of
+    ``misses`` why it missed (a text its reason must contain), and of each stage of
+    ``attempts`` why one of its attempts ended (a text one attempt's reason must contain)."""
     import json
     import os
     import subprocess
@@ -158,9 +190,15 @@ def check_miss_reasons(cluster: Cluster, ns: str, name: str,
         env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
     if proc.returncode != 0:
         return [f"durapipe status exited {proc.returncode}: {proc.stderr}"]
-    reasons = {s["stage"]: s["cache_miss"] for s in json.loads(proc.stdout)["stages"]}
-    return [f"cache miss of {stage}: {reasons.get(stage)!r}, expected it to say {text!r}"
-            for stage, text in want.items() if text not in (reasons.get(stage) or "")]
+    stages = {s["stage"]: s for s in json.loads(proc.stdout)["stages"]}
+    problems = [f"cache miss of {stage}: {stages.get(stage, {}).get('cache_miss')!r}, expected "
+                f"it to say {text!r}" for stage, text in misses.items()
+                if text not in (stages.get(stage, {}).get("cache_miss") or "")]
+    for stage, text in attempts.items():
+        said = [a["reason"] for a in stages.get(stage, {}).get("attempts") or []]
+        if not any(text in reason for reason in said):
+            problems.append(f"attempts of {stage} ended for {said}, expected one to say {text!r}")
+    return problems
 
 
 def check_sizes(cluster: Cluster, ns: str, wf: dict[str, Any], limit: int) -> list[str]:

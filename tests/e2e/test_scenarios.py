@@ -42,13 +42,16 @@ def test_case_compiles_and_is_well_formed(case, tmp_path: Path) -> None:  # type
 
     docs = compile_case(case, tmp_path)
     assert docs, case.name
-    assert set(case.spec) <= {"source", "pipeline", "kind", "fates", "submit", "known_fault"}
+    assert set(case.spec) <= {"source", "pipeline", "kind", "fates", "submit", "known_fault",
+                              "kueue"}
+    assert set(case.spec.get("kueue") or {}) <= {"profile", "queue", "quota", "holders",
+                                                 "priority_classes"}
     for f in (case.spec.get("fates") or {}).values():
         Fate(**f)  # unknown rule names raise
     known = {"params", "workflow_deadline", "timeout", "fire_within", "phase", "min_seconds",
              "max_seconds", "outcomes", "memory", "nodes", "cache_hits", "cache_misses",
              "restart_attempts", "nodes_distinct", "jobset", "max_workflow_bytes",
-             "cache_miss_reasons"}
+             "cache_miss_reasons", "kueue", "attempt_reasons"}
     for sub in case.spec.get("submit", []):
         assert set(sub) <= known, set(sub) - known
 
