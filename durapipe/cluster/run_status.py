@@ -433,9 +433,10 @@ def _own_components(node: Json) -> dict[str, object] | None:
 def _missed_caches(nodes: Iterable[Json]) -> frozenset[str]:
     """The memoization ConfigMaps whose entries explain this run's misses: those of its
     memoized nodes that missed and recorded their key's components."""
-    return frozenset(str(m["cacheName"]) for n in nodes
+    return frozenset(name for n in nodes
                      if isinstance(m := n.get("memoizationStatus"), dict) and not m.get("hit")
-                     and m.get("cacheName") and _own_components(n) is not None)
+                     and m.get("cacheName") and _own_components(n) is not None
+                     for name in naming.cache_siblings(str(m["cacheName"])))
 
 
 def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
@@ -444,11 +445,12 @@ def _cache_miss(node: Json, caches: Mapping[str, object]) -> str:
     current = _own_components(node)
     if not status or status.get("hit") or current is None:
         return ""
-    data = caches.get(str(status.get("cacheName", "")))
-    if not isinstance(data, dict):
+    # The stage's earlier entries have other keys, so they lie in any shard of its cache.
+    shards = [caches.get(name) for name in naming.cache_siblings(str(status.get("cacheName", "")))]
+    if not all(isinstance(data, dict) for data in shards):
         return "its cache could not be read"
     entries: list[tuple[str, Mapping[str, object]]] = []
-    for key, text in data.items():
+    for key, text in (kv for data in shards if isinstance(data, dict) for kv in data.items()):
         if key == status.get("key"):
             continue  # the entry this run wrote itself once the stage succeeded
         entry = _components(text)

@@ -451,16 +451,21 @@ def interpret_workflow(cluster: Cluster, name: str, wf: Mapping[str, Any], *,
 def read_caches(cluster: Cluster, names: Iterable[str],
                 argo_namespace: str) -> dict[str, object]:
     """The data of the memoization ConfigMaps ``names``: in the controller's namespace (where
-    Argo v4.1.2 writes them), else the run's; one that cannot be read (no `get` of configmaps
+    Argo v4.1.2 writes them), else the run's; one found in neither holds no entry yet (Argo
+    creates a shard with its first entry); one that cannot be read (no `get` of configmaps
     there) is left out, and its misses say so."""
     caches: dict[str, object] = {}
     for name in sorted(names):
+        missing = 0
         for namespace in dict.fromkeys((argo_namespace, cluster.namespace)):
             try:
                 caches[name] = cluster.config_map_data(name, namespace)
                 break
-            except ClusterError:
-                continue
+            except ClusterError as exc:
+                missing += exc.status == 404
+        else:
+            if missing == len({argo_namespace, cluster.namespace}):
+                caches[name] = {}
     return caches
 
 

@@ -560,10 +560,12 @@ def memoize(ctx: CompileContext, plan: StagePlan,
     cache = plan.stage.cache
     if cache is None:
         return None
+    key = inputs_key_expression(plan, hash_inputs)
     return {
-        "key": inputs_key_expression(plan, hash_inputs),
+        "key": key,
         "maxAge": units.format_seconds(cache.max_age) if cache.max_age is not None else "",
-        "cache": {"configMap": {"name": naming.cache_configmap(ctx.pipeline.name)}},
+        "cache": {"configMap": {"name": naming.cache_configmap(ctx.pipeline.name,
+                                                                memo.shard_expression(key))}},
     }
 
 

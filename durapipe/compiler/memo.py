@@ -52,6 +52,14 @@ def key_expression(static: str, params: Sequence[str], upstream: Mapping[str, st
     return "{{=" + expression + "}}"
 
 
+def shard_expression(key: str) -> str:
+    """The Argo expression for the first hex digit of the key ``key`` (an expression
+    :func:`key_expression` wrote): which of a pipeline's cache ConfigMaps holds its entry."""
+    inner = key.removeprefix("{{=").removesuffix("}}")
+    assert inner != key and "}}" not in inner, key
+    return "{{=sprig.substr(0, 1, " + inner + ")}}"
+
+
 def _go_json(value: object) -> str:
     """``encoding/json.Marshal`` output for maps of strings: sorted keys, HTML-escaped."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -45,8 +45,29 @@ def memory_slug(size: str) -> str:
     return slug(size)
 
 
-def cache_configmap(pipeline: str) -> str:
-    return f"durapipe-cache-{pipeline}"[:253]
+#: Argo keeps every memoization entry of a cache in one ConfigMap, which the API server refuses
+#: past 1 MiB (about 1,100 of durapipe's entries); a refused save loses the entry, and a
+#: memoized pod template's node ends in Error. So a pipeline's entries are spread over one
+#: ConfigMap per first hex digit of their key (``cache_configmap``): 16 of them, about 17,000
+#: entries a pipeline, each created by Argo with its first entry.
+CACHE_SHARDS = "0123456789abcdef"
+_CACHE_PREFIX = "durapipe-cache-"
+
+
+def cache_configmap(pipeline: str, shard: str) -> str:
+    """The memoization ConfigMap of ``pipeline``'s entries whose key starts with ``shard`` (a
+    hex digit, or the Argo expression that evaluates to the key's first digit)."""
+    return f"{_CACHE_PREFIX}{pipeline}"[:251] + f"-{shard}"
+
+
+def cache_siblings(name: str) -> list[str]:
+    """Every shard of the cache that the resolved ConfigMap ``name`` is one shard of (a name
+    of output from before the shards: itself alone)."""
+    stem, dash, shard = name.rpartition("-")
+    if not (name.startswith(_CACHE_PREFIX) and dash and len(shard) == 1
+            and shard in CACHE_SHARDS):
+        return [name]
+    return [f"{stem}-{digit}" for digit in CACHE_SHARDS]
 
 
 def part_name(pipeline: str, index: int) -> str:

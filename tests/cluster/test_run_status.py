@@ -471,6 +471,10 @@ def test_hostile_jobset_counts_read_as_unknown(status: object) -> None:
     run_status.render(interpret(wf, jobsets))
 
 
+#: The shards of the recorded pipeline's cache (naming.cache_configmap).
+PREP_SHARDS = {f"durapipe-cache-churn-model-{d}" for d in "0123456789abcdef"}
+
+
 def _missed_run(record: dict[str, Any]) -> dict[str, Any]:
     """The cache-hit recording's first run, its train node a miss that recorded ``record``."""
     wf = load_recorded("cache-hit", 0)
@@ -495,7 +499,8 @@ RECORD = {"stage": "train", "static": "s" * 64, "image": "acme/train:1", "comman
 
 def test_status_names_what_changed_against_the_newest_entry_of_the_stage() -> None:
     wf = _missed_run(RECORD)
-    assert run_status.reads_for(wf).caches == {"durapipe-cache-x"}
+    # train's cache, and every shard of prep's (prep missed too, on its first run).
+    assert run_status.reads_for(wf).caches == {"durapipe-cache-x"} | PREP_SHARDS
     older = {**RECORD, "params": {"max_depth": "7"}, "image": "acme/train:0"}
     newer = {**RECORD, "params": {"max_depth": "8"}, "upstream": {"prep.data": "b" * 64}}
     caches = {"durapipe-cache-x": {
@@ -506,12 +511,35 @@ def test_status_names_what_changed_against_the_newest_entry_of_the_stage() -> No
     report = interpret(wf, caches=caches)
     assert stage(report, "train").cache_miss == (
         f"param max_depth: '8' -> '9'; upstream prep.data: {'b' * 12}… -> {'a' * 12}…")
-    assert ("Cache misses (what changed against the newest entry of the stage):\n"
-            "  train: param max_depth: '8' -> '9'") in run_status.render(report)
-    # Stages that hit, or whose cache was not read, say nothing or say so.
-    assert stage(report, "prep").cache_miss == ""
+    rendered = run_status.render(report)
+    misses = rendered.split("Cache misses (what changed against the newest entry of the stage):\n")
+    assert "  train: param max_depth: '8' -> '9'" in misses[1].split("\n\n")[0]
+    # A stage whose cache was not read says so, one with no earlier entry says that, and
+    # without the caches read at all nothing is said.
+    assert stage(report, "prep").cache_miss == "its cache could not be read"
+    assert stage(interpret(wf, caches={**caches, **{n: {} for n in PREP_SHARDS}}),
+                 "prep").cache_miss == "no earlier cache entry for this stage"
     assert stage(interpret(wf, caches={}), "train").cache_miss == "its cache could not be read"
     assert stage(interpret(wf), "train").cache_miss == ""
+
+
+def test_status_reads_every_shard_of_the_cache_for_the_stages_earlier_entries() -> None:
+    # The miss's own key starts with "a"; the stage's earlier entry has another key, so it lies
+    # in another of the pipeline's 16 ConfigMaps (naming.cache_configmap).
+    wf = _missed_run(RECORD)
+    (own,) = [n for n in wf["status"]["nodes"].values()
+              if n["displayName"] == "train" and n["type"] != "Pod"]
+    own["memoizationStatus"] = {"hit": False, "key": "a" * 64, "cacheName": "durapipe-cache-x-a"}
+    shards = [f"durapipe-cache-x-{d}" for d in "0123456789abcdef"]
+    assert run_status.reads_for(wf).caches == set(shards) | PREP_SHARDS
+    earlier = {**RECORD, "params": {"max_depth": "8"}}
+    caches: dict[str, object] = {name: {} for name in shards}
+    caches["durapipe-cache-x-3"] = {"3" * 64: _entry(earlier, "2026-12-02T10:00:00Z")}
+    assert stage(interpret(wf, caches=caches), "train").cache_miss == "param max_depth: '8' -> '9'"
+    # One shard that could not be read (RBAC) leaves the answer unknown, not wrong.
+    del caches["durapipe-cache-x-7"]
+    assert stage(interpret(wf, caches=caches), "train").cache_miss == \
+        "its cache could not be read"
 
 
 def test_explain_miss_says_when_nothing_changed_or_nothing_came_before() -> None:

@@ -589,3 +589,22 @@ def test_watch_gives_up_when_the_server_stays_away(api: FakeApi, tmp_path: Path,
     assert [t.rsplit(" in ", 1)[1] for t in tries] == ["0.1 s", "0.2 s", "0.4 s"]
     assert re.fullmatch(r"durapipe: cannot watch Workflow spot-preemptions: down \(HTTP 503\) "
                         r"\(gave up reconnecting after \d s\)", last)
+
+
+def test_read_caches_reads_a_missing_shard_as_empty_and_leaves_out_a_forbidden_one() -> None:
+    from durapipe.cluster.api import ClusterError
+    from durapipe.cluster.submit import read_caches
+
+    class Caches:
+        namespace = "ml"
+
+        def config_map_data(self, name: str, namespace: str) -> dict[str, str]:
+            if name.endswith("-0") and namespace == "argo":
+                return {"k": "v"}
+            if name.endswith("-1"):
+                raise ClusterError("not allowed", status=403)
+            raise ClusterError("not found", status=404)
+
+    names = ["durapipe-cache-p-0", "durapipe-cache-p-1", "durapipe-cache-p-2"]
+    assert read_caches(Caches(), names, "argo") == {  # type: ignore[arg-type]
+        "durapipe-cache-p-0": {"k": "v"}, "durapipe-cache-p-2": {}}

@@ -352,7 +352,10 @@ def test_memoized_stage_is_reused_unless_a_param_or_upstream_hash_changes() -> N
     assert [r["phase"] for r in report["runs"]] == ["Succeeded"] * 4
     assert [t["memoization"]["hit"] for t in trains] == [False, True, False, False]
     assert [t["outputs"]["model-hash"] for t in trains] == ["m1", "m1", "m3", "m4"]
-    assert trains[0]["memoization"]["cacheName"] == "durapipe-cache-demo"
+    # Each entry lands in the ConfigMap of its key's first hex digit, as Argo evaluated both.
+    assert [t["memoization"]["cacheName"] for t in trains] == [
+        f"durapipe-cache-demo-{t['memoization']['key'][0]}" for t in trains]
+    assert len({t["memoization"]["key"] for t in trains}) == 3
     # Each key's components, as Argo evaluated them, reach the node's outputs, and so the
     # memoization entry: the hit reads back the entry's record.
     import json

@@ -538,12 +538,15 @@ def test_memoize_key_inputs_are_exact() -> None:
         env={"MODE": "fast", "TOKEN": "secret:hf/token"},
         salt="v2",
     )
+    key = ("sprig.sha256sum(toJson({'params': {'epochs': workflow.parameters['epochs'], "
+           "'out': workflow.parameters['out']} , 'static': '" + static + "', 'upstream': {} }))")
     assert prep == {
         # "} }", never "}}": Argo would end the {{= tag there.
-        "key": "{{=sprig.sha256sum(toJson({'params': {'epochs': workflow.parameters['epochs'], "
-               "'out': workflow.parameters['out']} , 'static': '" + static + "', 'upstream': {} }))}}",
+        "key": "{{=" + key + "}}",
         "maxAge": "168h",
-        "cache": {"configMap": {"name": "durapipe-cache-demo"}},
+        # The entry's ConfigMap: one of 16, by the key's first hex digit (naming.CACHE_SHARDS).
+        "cache": {"configMap": {"name": "durapipe-cache-demo-{{=sprig.substr(0, 1, " + key
+                                + ")}}"}},
     }
     train = ts["train"]
     # The hash of prep's output, then the record of what the key is made of, which Argo

@@ -10,6 +10,7 @@ second submission the cache hits that create no pod."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -116,10 +117,14 @@ def test_prep_train_eval_runs_every_container_and_a_resubmission_hits_the_cache(
         assert node_by_name(wf2, stage).get("memoizationStatus", {}).get("hit") is True, stage
     # Argo v4.1.2 keeps the memoization cache in the controller's namespace, not the
     # workflow's, and the narrow Role there (tests/e2e/cluster.py) is all it needed.
-    where = real.cluster.kubectl(
-        "get", "configmaps", "-A", "--field-selector=metadata.name=durapipe-cache-churn-model",
-        "-o", "jsonpath={.items[*].metadata.namespace}").stdout.split()
-    assert where == [ARGO_NAMESPACE], where
+    # Its entries are spread by their keys' first hex digit over durapipe-cache-churn-model-<d>.
+    found = json.loads(real.cluster.kubectl("get", "configmaps", "-A", "-o", "json").stdout)
+    where = {(cm["metadata"]["namespace"], cm["metadata"]["name"]) for cm in found["items"]
+             if cm["metadata"]["name"].startswith("durapipe-cache-churn-model-")}
+    keys = {key for cm in found["items"] if cm["metadata"]["name"].startswith(
+        "durapipe-cache-churn-model-") for key in cm.get("data") or {}}
+    assert where == {(ARGO_NAMESPACE, f"durapipe-cache-churn-model-{k[0]}") for k in keys}, where
+    assert len(keys) == 2, keys  # prep's and train's
     status = pl.durapipe("status", second, "-n", NS, real=real).stdout
     print(status)
     assert "hit" in status
