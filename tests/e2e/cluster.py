@@ -257,6 +257,9 @@ class Cluster:
     address: str = "127.0.0.1"
     #: Settings merged into Argo's workflow-controller ConfigMap over CONTROLLER_CONFIG.
     controller_config: dict[str, str] = field(default_factory=dict)
+    #: Environment added to the workflow-controller's (``ARGO_PPROF=true`` serves Go's
+    #: profiler beside /healthz on 127.0.0.1:6060: benchmarks/fleet_scale.py --profile).
+    controller_env: dict[str, str] = field(default_factory=dict)
 
     # -- processes ------------------------------------------------------------------------------
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
@@ -320,10 +323,12 @@ class Cluster:
     @classmethod
     def start(cls, state: Path, bins: dict[str, Path] | None = None, *,
               address: str = "127.0.0.1",
-              controller_config: dict[str, str] | None = None) -> Cluster:
+              controller_config: dict[str, str] | None = None,
+              controller_env: dict[str, str] | None = None) -> Cluster:
         t0 = time.monotonic()
         cluster = cls(state=state, bins=bins or build_binaries(), address=address,
-                      controller_config=dict(controller_config or {}))
+                      controller_config=dict(controller_config or {}),
+                      controller_env=dict(controller_env or {}))
         cluster.timings["build"] = time.monotonic() - t0
         # Should the test process end without its fixtures' teardown (an interrupt), still stop
         # every process (they run in sessions of their own, so no signal reaches them).
@@ -477,7 +482,7 @@ class Cluster:
         wc_env.update(LEADER_ELECTION_IDENTITY="e2e-controller",
                       # Short lease periods: a fresh controller leads within a second or two.
                       LEADER_ELECTION_LEASE_DURATION="4s", LEADER_ELECTION_RENEW_DEADLINE="3s",
-                      LEADER_ELECTION_RETRY_PERIOD="1s")
+                      LEADER_ELECTION_RETRY_PERIOD="1s", **self.controller_env)
         wc = self._spawn("workflow-controller", [
             str(self.bins["workflow-controller"]), f"--kubeconfig={argo_kc}",
             "--configmap=workflow-controller-configmap", "--loglevel=info",
