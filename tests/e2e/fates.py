@@ -123,15 +123,8 @@ class FateWatcher:
     spot_labels: tuple[tuple[str, str], ...] = ()
     _counts: dict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     _seen: set[str] = field(default_factory=set)
-    #: Argo pods (uids) whose played wait container has started, and those it has reported
-    _initialized: set[str] = field(default_factory=set)
-    _reported: set[str] = field(default_factory=set)
-    #: pods being deleted (uid -> the pod as last seen), whose wait container reports on SIGTERM
-    _terminating: dict[str, Any] = field(default_factory=dict)
     _nodes: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: (when, seq, what, namespace, pod, uid): what is "init" (the wait container's start)
-    #: or "end" (the pod's end by its fate)
-    _heap: list[tuple[float, int, str, str, str, str]] = field(default_factory=list)
+    _heap: list[tuple[float, int, str, str, str]] = field(default_factory=list)
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -191,10 +184,7 @@ class FateWatcher:
                 time.sleep(0.5)
 
     def _consider(self, pod: Any) -> None:
-        if pod.metadata.deletion_timestamp is not None:
-            self._deleting(pod)
-            return
-        if pod.status.phase != "Running":
+        if pod.status.phase != "Running" or pod.metadata.deletion_timestamp is not None:
             return
         key = pod.metadata.uid  # Argo re-creates a missing pod under the same name
         with self._lock:
@@ -202,29 +192,9 @@ class FateWatcher:
                 return
             self._seen.add(key)
             fate = self.fate_for(_workflow(pod), (pod.metadata.labels or {}).get(STAGE_LABEL, ""))
-            now = time.monotonic()
-            if WF_LABEL in (pod.metadata.labels or {}):  # an Argo pod: its wait container starts
-                self._seq += 1
-                heapq.heappush(self._heap, (now, self._seq, "init", pod.metadata.namespace,
-                                            pod.metadata.name, key))
             self._seq += 1
-            heapq.heappush(self._heap, (now + fate.seconds, self._seq, "end",
+            heapq.heappush(self._heap, (time.monotonic() + fate.seconds, self._seq,
                                         pod.metadata.namespace, pod.metadata.name, key))
-            self._lock.notify_all()
-
-    def _deleting(self, pod: Any) -> None:
-        """A pod deleted by someone else (an eviction, Kueue's preemption): the kubelet sends
-        SIGTERM, and argoexec's wait container reports before it exits (``FinalizeOutput``
-        runs deferred), so a started wait container's result is completed, as a failure."""
-        uid = pod.metadata.uid
-        with self._lock:
-            if uid not in self._initialized or uid in self._reported or \
-                    uid in self._terminating:
-                return
-            self._terminating[uid] = pod
-            self._seq += 1
-            heapq.heappush(self._heap, (time.monotonic(), self._seq, "term",
-                                        pod.metadata.namespace, pod.metadata.name, uid))
             self._lock.notify_all()
 
     def _finisher(self) -> None:
@@ -236,14 +206,9 @@ class FateWatcher:
                     self._lock.wait(timeout=max(0.01, min(wait, 1.0)))
                 if self._stop.is_set():
                     return
-                _, _, what, ns, name, uid = heapq.heappop(self._heap)
+                _, _, ns, name, uid = heapq.heappop(self._heap)
             try:
-                if what == "init":
-                    self._initialize_output(ns, name, uid)
-                elif what == "term":
-                    self._report(self._terminating[uid], succeeded=False)
-                else:
-                    self._finish(ns, name, uid)
+                self._finish(ns, name, uid)
             except ApiException as exc:
                 if exc.status != 404:  # a pod deleted meanwhile needs no end
                     raise
@@ -299,10 +264,8 @@ class FateWatcher:
         }[outcome]
         # An OOM kill is the kernel's: the wrapper dies with the process and writes nothing.
         message = "" if outcome == "oom" else verdict_line(verdict, {"exit_code": exit_code})
-        # The wait container reports the outputs once main has ended and only then exits
-        # itself, so the result is complete before the pod is (argoexec's PostMain).
-        self._report(pod, succeeded=outcome == "succeeded")
         self._terminate(pod, exit_code, reason, message)
+        self._report(pod, succeeded=outcome == "succeeded")
 
     def _node_labels(self, name: str) -> dict[str, str]:
         """A node's labels (the fleet's nodes never change during a session)."""
@@ -351,8 +314,8 @@ class FateWatcher:
         Failed. The pod is not deleted: Argo re-creates a pod deleted while its node still reads
         Pending (operator.go, "Workflow pod is missing"), so deleting a pod that ran a second
         would test the watcher's timing, not the lowering."""
-        self._report(pod, succeeded=False)
         self._node_shutdown(pod, "spot instance reclaimed: imminent node shutdown")
+        self._report(pod, succeeded=False)
 
     def _node_shutdown(self, pod: Any, why: str) -> None:
         """The pod's end in a graceful node shutdown, in one status write (the Job controller
@@ -377,10 +340,6 @@ class FateWatcher:
     def _report(self, pod: Any, succeeded: bool,
                 resource_params: list[dict[str, str]] | None = None) -> None:
         """The WorkflowTaskResult Argo's wait container writes when the pod ends."""
-        with self._lock:
-            if pod.metadata.uid in self._reported:
-                return
-            self._reported.add(pod.metadata.uid)
         tmpl = _template(pod)
         outputs: dict[str, Any] = {}
         command = json.dumps(_main(pod).command)
@@ -421,42 +380,6 @@ class FateWatcher:
                 "argoproj.io", "v1alpha1", pod.metadata.namespace, "workflowtaskresults", body)
         except ApiException as exc:
             if exc.status != 409:
-                raise
-            # The placeholder of the wait container's start: complete it (a merge patch).
-            self.custom.patch_namespaced_custom_object(
-                "argoproj.io", "v1alpha1", pod.metadata.namespace, "workflowtaskresults",
-                body["metadata"]["name"], {"metadata": {"labels": body["metadata"]["labels"]},
-                                           "outputs": outputs or None})
-
-    def _initialize_output(self, ns: str, name: str, uid: str) -> None:
-        """What argoexec's wait container does first (``InitializeOutput``, v4.1.2
-        ``workflow/executor/taskresult.go``): an empty WorkflowTaskResult labelled
-        ``report-outputs-completed: "false"``, so that the controller waits for the outputs of
-        a pod it sees ended before their report reaches it, rather than taking the node as
-        done without them (a consumer then fails with ``missing location information``)."""
-        pod = self.core.read_namespaced_pod(name, ns)
-        if pod.metadata.uid != uid or pod.metadata.deletion_timestamp is not None:
-            return
-        with self._lock:
-            if uid in self._reported:  # the end came first (a 0-second fate)
-                return
-            self._initialized.add(uid)
-        wf = pod.metadata.labels[WF_LABEL]
-        owner = next((o for o in pod.metadata.owner_references or [] if o.kind == "Workflow"),
-                     None)
-        body = {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTaskResult",
-                "metadata": {
-                    "name": pod.metadata.annotations[NODE_ID],
-                    "labels": {WF_LABEL: wf,
-                               "workflows.argoproj.io/report-outputs-completed": "false"},
-                    "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1",
-                                         "kind": "Workflow", "name": wf, "uid": owner.uid}]
-                    if owner else []}}
-        try:
-            self.custom.create_namespaced_custom_object(
-                "argoproj.io", "v1alpha1", ns, "workflowtaskresults", body)
-        except ApiException as exc:
-            if exc.status != 409:  # the end's report got there first (a 0-second fate)
                 raise
 
     # -- multi-node stages: argoexec's resource template and the JobSet's pods -------------------
@@ -504,14 +427,14 @@ class FateWatcher:
         except (_ResourceError, ApiException) as exc:  # ApiException: reading the object failed
             message = str(exc) if isinstance(exc, _ResourceError) else _api_message(exc)
             try:
-                self._report(pod, succeeded=False, resource_params=[])
                 self._terminate(pod, 1, "Error", message)
+                self._report(pod, succeeded=False, resource_params=[])
             except ApiException as gone:
                 if gone.status != 404:  # a pod deleted meanwhile (the workflow's cleanup)
                     raise
             return
-        self._report(pod, succeeded=True, resource_params=params)
         self._terminate(pod, 0, "Completed", "")
+        self._report(pod, succeeded=True, resource_params=params)
 
     def _dynamic_as(self, pod: Any) -> Any:
         """A client authenticated as the pod's ServiceAccount (a TokenRequest token)."""
