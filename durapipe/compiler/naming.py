@@ -46,9 +46,9 @@ def memory_slug(size: str) -> str:
 
 
 #: Argo keeps every memoization entry of a cache in one ConfigMap, which the API server refuses
-#: past 1 MiB (about 1,100 of durapipe's entries); a refused save loses the entry, and a
+#: past 1 MiB (about 1,150 of durapipe's entries); a refused save loses the entry, and a
 #: memoized pod template's node ends in Error. So a pipeline's entries are spread over one
-#: ConfigMap per first hex digit of their key (``cache_configmap``): 16 of them, about 17,000
+#: ConfigMap per first hex digit of their key (``cache_configmap``): 16 of them, about 18,000
 #: entries a pipeline, each created by Argo with its first entry.
 CACHE_SHARDS = "0123456789abcdef"
 _CACHE_PREFIX = "durapipe-cache-"
