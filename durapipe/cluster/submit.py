@@ -455,16 +455,17 @@ def read_caches(cluster: Cluster, names: Iterable[str],
     creates a shard with its first entry); one that cannot be read (no `get` of configmaps
     there) is left out, and its misses say so."""
     caches: dict[str, object] = {}
+    namespaces = list(dict.fromkeys((argo_namespace, cluster.namespace)))
     for name in sorted(names):
         missing = 0
-        for namespace in dict.fromkeys((argo_namespace, cluster.namespace)):
+        for namespace in namespaces:
             try:
                 caches[name] = cluster.config_map_data(name, namespace)
                 break
             except ClusterError as exc:
                 missing += exc.status == 404
         else:
-            if missing == len({argo_namespace, cluster.namespace}):
+            if missing == len(namespaces):
                 caches[name] = {}
     return caches
 
