@@ -54,22 +54,27 @@ def torchrun_argv(replicas: int, procs: int, user: list[str]) -> list[str]:
     """``torchrun`` with a static rendezvous on pod 0 of the JobSet, then the user's program.
 
     ``python``/``python3`` in front of a script or ``-m module`` is dropped (torchrun runs
-    Python itself); any other program runs with ``--no-python``.
+    Python itself); any other program runs with ``--no_python``.
+
+    The flags are spelled with underscores, the only spelling torchrun had before PyTorch 2.0
+    (1.13's ``torch/distributed/run.py``: ``--nproc_per_node``, ``--node_rank``, ...); 2.x
+    takes both.  The hyphenated forms stop a 1.x image at argument parsing (Debian bookworm's
+    ``python3-torch`` is 1.13.1: tests/realnode/test_multinode.py runs it).
     """
     head = [
         "torchrun",
         f"--nnodes={replicas}",
-        f"--nproc-per-node={procs}",
-        "--node-rank=$(JOB_COMPLETION_INDEX)",
-        f"--master-addr=$({ENV_JOBSET_NAME})-{REPLICATED_JOB}-0-0.$({ENV_JOBSET_NAME})",
-        f"--master-port={MASTER_PORT}",
+        f"--nproc_per_node={procs}",
+        "--node_rank=$(JOB_COMPLETION_INDEX)",
+        f"--master_addr=$({ENV_JOBSET_NAME})-{REPLICATED_JOB}-0-0.$({ENV_JOBSET_NAME})",
+        f"--master_port={MASTER_PORT}",
     ]
     if user and user[0] in ("python", "python3"):
         rest = user[1:]
         if rest[:1] == ["-m"]:
             return head + ["--module"] + rest[1:]
         return head + rest
-    return head + ["--no-python"] + user
+    return head + ["--no_python"] + user
 
 
 def check_distributed(ctx: CompileContext, plan: StagePlan) -> None:

@@ -639,9 +639,9 @@ def test_multi_node_jobset_manifest() -> None:
     main = pod["containers"][0]
     assert main["command"] == [
         "python3", "/var/run/durapipe/bin/durapipe-runtime.pyz", "exec", "--", "torchrun",
-        "--nnodes=4", "--nproc-per-node=8", "--node-rank=$(JOB_COMPLETION_INDEX)",
-        "--master-addr=$(DURAPIPE_JOBSET_NAME)-node-0-0.$(DURAPIPE_JOBSET_NAME)",
-        "--master-port=29500", "--module", "trainer", "--steps", "100",
+        "--nnodes=4", "--nproc_per_node=8", "--node_rank=$(JOB_COMPLETION_INDEX)",
+        "--master_addr=$(DURAPIPE_JOBSET_NAME)-node-0-0.$(DURAPIPE_JOBSET_NAME)",
+        "--master_port=29500", "--module", "trainer", "--steps", "100",
     ]
     env = {e["name"]: e for e in main["env"]}
     assert env["DURAPIPE_ATTEMPT"]["valueFrom"]["fieldRef"]["fieldPath"] == (
@@ -653,6 +653,32 @@ def test_multi_node_jobset_manifest() -> None:
     assert [c["name"] for c in pod["containers"]] == ["main"]
     assert [(c["name"], c.get("restartPolicy")) for c in pod["initContainers"]] == [
         ("durapipe-preflight", None), ("durapipe-uploader", "Always")]
+
+
+@pytest.mark.parametrize(("command", "program"), [
+    (("python", "-m", "trainer", "--steps", "100"), ("trainer", ["--steps", "100"], True, False)),
+    (("python3", "train.py"), ("train.py", [], False, False)),
+    (("/opt/bin/train", "--x"), ("/opt/bin/train", ["--x"], False, True)),
+])
+def test_torchrun_reads_the_compiled_launch_as_meant(
+        command: tuple[str, ...], program: tuple[str, list[str], bool, bool]) -> None:
+    """The launch line through the installed torch's own torchrun parser, with the variables
+    the kubelet expands set as on node 1 of a JobSet ``js``.  (The real node runs Debian's
+    torch 1.13, which knows only the underscore spelling: tests/realnode/test_multinode.py.)"""
+    run = pytest.importorskip("torch.distributed.run", reason="torch (the ml extra) is needed")
+    s = stage(command=command, distributed=Distributed(replicas=3, procs_per_node=2),
+              resources=Resources(cpu=4))
+    manifest = yaml.safe_load(templates(compiled(pipeline(s)))["train"]["resource"]["manifest"])
+    command_line = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["containers"][0]["command"]
+    argv = command_line[command_line.index("torchrun") + 1:]
+    expanded = [a.replace("$(JOB_COMPLETION_INDEX)", "1").replace("$(DURAPIPE_JOBSET_NAME)", "js")
+                for a in argv]
+    args = run.get_args_parser().parse_args(expanded)
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("3", "2", 1)
+    assert (args.master_addr, args.master_port) == ("js-node-0-0.js", 29500)
+    assert (args.training_script, args.training_script_args, args.module, args.no_python) == \
+        program
 
 
 #: JobSet v0.12.0's webhook, ../shared/jobset/v0.12.0/src/pkg/webhooks/jobset_webhook.go:418
@@ -681,7 +707,7 @@ def test_maintenance_restarts_count_when_asked() -> None:
     assert "podFailurePolicy" not in manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
     command = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
         "containers"][0]["command"]
-    assert command[-2:] == ["--master-port=29500", "train.py"]
+    assert command[-2:] == ["--master_port=29500", "train.py"]
 
 
 def test_multi_node_stage_rejects_outputs_and_ladders() -> None:
