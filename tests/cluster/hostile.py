@@ -32,6 +32,7 @@ AWKWARD_TEXT = [
     "9" * 5000, "train-app-0(" + "9" * 5000 + ")", "x-app-" + "9" * 5000,
     "{{=" + "9" * 4400 + " - asInt(inputs.parameters.preempted-before)}}",
     "{{=" + "+".join(["asInt(" + "9" * 18 + ")"] * 300) + "}}",
+    "+".join(["9" * 5000] * 2), "1+" * 3000 + "1", "{{retries}}+" + "9" * 4400,
     f"{contract.VERDICT_TAG}app_failure " + "[" * 5000, HOSTILE, "", "{{", "(",
 ]
 JSON_VALUES = st.recursive(

@@ -471,9 +471,9 @@ class Cluster:
         self.kubectl("apply", "--server-side", "--field-manager=durapipe-e2e",
                      "-k", str(argo_manifests() / "base" / "crds" / "full"), timeout=900)
         self.apply(argo_install_docs(self.controller_config))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s",
-                     "crd/workflows.argoproj.io", "crd/workflowtaskresults.argoproj.io",
-                     "crd/workflowtemplates.argoproj.io", "crd/cronworkflows.argoproj.io")
+        for crd in ("workflows.argoproj.io", "workflowtaskresults.argoproj.io",
+                    "workflowtemplates.argoproj.io", "cronworkflows.argoproj.io"):
+            self.wait_crd_established(crd, timeout=120)
         self.timings["argo-install"] = time.monotonic()
 
         # The controller runs as its ServiceAccount, so Argo's own RBAC decides what it may do.
