@@ -8,10 +8,11 @@ node rank x procs + local rank, ``LOCAL_RANK``, ``WORLD_SIZE``, ``GROUP_RANK``,
 ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``).  Like torchrun's agent it forwards
 SIGTERM to its workers and, when one worker fails, stops the others and fails.
 
-What it does not do is the rendezvous: the test node has no cluster DNS for the master
-address, and the example programs do no collective communication.  It is installed as
-``torchrun`` in the real node's examples image (tests/e2e/images.py) and on ``PATH`` for
-``durapipe run`` of the multi-node example (tests/runner/test_examples_run.py).
+What it does not do is the rendezvous, which the example programs do not need: it is on
+``PATH`` for ``durapipe run`` of the examples in the fast tier
+(tests/runner/test_examples_run.py), where importing torch in each launch would cost seconds.
+The real node runs PyTorch's own torchrun (tests/realnode/test_multinode.py).  Unlike torchrun
+before PyTorch 2.0 it takes both spellings of a flag (``--nproc-per-node``, ``--nproc_per_node``).
 """
 
 from __future__ import annotations

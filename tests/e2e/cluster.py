@@ -76,6 +76,9 @@ COMMANDS: dict[str, dict[str, str]] = {
     # Started only when a case needs it (tests/e2e/kueue.py).
     "cluster/kueue": {"kueue-controller":
                       "github.com/durapipe/durapipe/tools/cluster/kueue/cmd/kueue-e2e"},
+    # The real node's cluster DNS (tests/e2e/realnode.py): CoreDNS with its kubernetes plugin.
+    "cluster/coredns": {"coredns":
+                        "github.com/durapipe/durapipe/tools/cluster/coredns/cmd/coredns-e2e"},
 }
 ADMIN_TOKEN = "durapipe-e2e-admin"
 #: The real node (tests/e2e/realnode.py): its name and its kubelet's API token.
@@ -413,7 +416,10 @@ class Cluster:
             "node-lifecycle-controller,"
             # Publishes kube-root-ca.crt into every namespace: without it a real kubelet never
             # mounts a projected service-account token, and pods stay in ContainerCreating.
-            "root-ca-certificate-publisher-controller",
+            "root-ca-certificate-publisher-controller,"
+            # The EndpointSlices that cluster DNS answers from: a headless Service's pods by
+            # hostname (a JobSet's pod 0, torchrun's master address; tests/e2e/realnode.py).
+            "endpointslice-controller",
             f"--root-ca-file={pki / 'apiserver.crt'}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             "--use-service-account-credentials=false",

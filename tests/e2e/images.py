@@ -5,9 +5,13 @@
   is the one layer), with ``python`` meaning ``python3`` (``python-is-python3``);
 - ``EXAMPLES_IMAGE``: that Python with the examples' stage programs on top (the ``churn`` and
   ``features`` packages importable, ``train.py`` and the rest in the working directory
-  ``/app``, and ``torchrun``: the stand-in launcher ``tests/torchrun_standin.py``), answering
-  to every image name the compiled ``examples/*.pipe`` use
-  (``example_image_names``, ``tag_names_for``), so the examples' output runs unchanged;
+  ``/app``), answering to every image name the compiled ``examples/*.pipe`` use
+  (``example_image_names``, ``tag_names_for``) but those that launch ``torchrun``, so the
+  examples' output runs unchanged;
+- ``TORCH_IMAGE``: the same programs over Debian trixie's ``python3-torch`` (PyTorch 2.6 and
+  its real ``torchrun``), answering to the images whose compiled command launches ``torchrun``
+  (``torchrun_image_names``: the multi-node example's, whose pods rendezvous over cluster DNS);
+  one file of Debian's torch is mended (``TORCH_MENDS``);
 - ``ARGOEXEC_IMAGE``: Argo's ``argoexec`` v4.1.2 built from ``../shared``'s source
   (``CGO_ENABLED=0``) at ``/bin/argoexec``, as Argo's own image has it.
 
@@ -36,7 +40,6 @@ from argo.argo_tools import ToolError, _locked, argo_source_or_skip, build_go_co
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"
-TORCHRUN_STANDIN = REPO_ROOT / "tests" / "torchrun_standin.py"
 PAUSE_SOURCE = Path(__file__).with_name("pause.c")
 
 #: containerd's sandbox image (its config names it; the kubelet 1.35 default tag).
@@ -44,14 +47,34 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
 PYTHON_IMAGE = "durapipe.local/python:bookworm"
 EXAMPLES_IMAGE = "durapipe.local/examples:latest"
 ARGOEXEC_IMAGE = "quay.io/argoproj/argoexec:v4.1.2"
+TORCH_IMAGE = "durapipe.local/examples-torch:latest"
 #: Every image ``build_images`` makes, by role.
 IMAGE_NAMES = {"pause": PAUSE_IMAGE, "python": PYTHON_IMAGE, "examples": EXAMPLES_IMAGE,
-               "argoexec": ARGOEXEC_IMAGE}
+               "torch": TORCH_IMAGE, "argoexec": ARGOEXEC_IMAGE}
 #: Debian's suite and the packages of the Python image.
 SUITE = "bookworm"
 PACKAGES = ("python3", "ca-certificates", "python-is-python3")
-#: Where bookworm's python3 looks for packages installed outside Debian.
-SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+#: The torch image's: trixie, whose python3-torch is 2.6.  Bookworm's 1.13 cannot launch
+#: anything on bookworm's own Python 3.11: torchrun's default ``--redirects=0`` becomes None in
+#: ``Std.from_str`` (3.11's Flag no longer holds a zero pseudo-member), and the agent fails on
+#: ``None.get`` before any worker starts.
+TORCH_SUITE = "trixie"
+TORCH_PACKAGES = (*PACKAGES, "python3-torch")
+#: Where each suite's python3 looks for packages installed outside Debian.
+SITE_PACKAGES = {"bookworm": "usr/local/lib/python3.11/dist-packages",
+                 "trixie": "usr/local/lib/python3.13/dist-packages"}
+#: Debian's torch 2.6 is built without libuv, and torchrun's static rendezvous (the one a
+#: JobSet's launch line uses) creates its TCPStore without saying which backend, so 2.6's
+#: default (libuv) is refused: "use_libuv was requested but PyTorch was build without libuv
+#: support", on every node, before any worker starts.  PyPI's and conda's builds have libuv.
+#: The image carries that file with the backend named: file -> (line, replacement).
+TORCH_MENDS = {
+    "usr/lib/python3/dist-packages/torch/distributed/elastic/rendezvous/"
+    "static_tcp_rendezvous.py": ("                multi_tenant=True,\n",
+                                "                multi_tenant=True,\n"
+                                "                use_libuv=False,  # durapipe's test image: "
+                                "Debian builds torch without libuv\n"),
+}
 #: The examples' Python packages (``python -m churn.prep``) and their top-level files.
 EXAMPLE_PACKAGES = ("churn", "features")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -69,8 +92,9 @@ def requirements_or_skip() -> None:
                         "images are built with it")
 
 
-def tag_names_for(pipes: Iterable[Path]) -> list[str]:
-    """Every image the compiled output of ``pipes`` runs, sorted.
+def tag_names_for(pipes: Iterable[Path], launching: str | None = None) -> list[str]:
+    """Every image the compiled output of ``pipes`` runs (with ``launching``, those whose
+    container's command or args has that word), sorted.
 
     Read from what the compiler emits, not from the source's ``image = "..."`` lines, so an
     image that only appears inside a resource template's manifest (a multi-node stage's JobSet
@@ -92,28 +116,36 @@ def tag_names_for(pipes: Iterable[Path]) -> list[str]:
         # registry's manifest, which an image built here does not have, so the real-node
         # overlay runs the tag (tests/realnode/pipelines.py).
         for doc in result.documents:
-            names.update(image.partition("@")[0] for image in _images_in(doc))
+            names.update(image.partition("@")[0] for image in _images_in(doc, launching))
     return sorted(names)
 
 
-def _images_in(node: object) -> Iterator[str]:
+def _images_in(node: object, launching: str | None = None) -> Iterator[str]:
     if isinstance(node, dict):
+        image = node.get("image")
+        words = [*(node.get("command") or []), *(node.get("args") or [])]
+        if isinstance(image, str) and (launching is None or launching in words):
+            yield image
         for key, value in node.items():
-            if key == "image" and isinstance(value, str):
-                yield value
-            elif key == "manifest" and isinstance(value, str):
+            if key == "manifest" and isinstance(value, str):
                 for doc in yaml.safe_load_all(value):
-                    yield from _images_in(doc)
-            else:
-                yield from _images_in(value)
+                    yield from _images_in(doc, launching)
+            elif key != "image":
+                yield from _images_in(value, launching)
     elif isinstance(node, list):
         for item in node:
-            yield from _images_in(item)
+            yield from _images_in(item, launching)
 
 
 def example_image_names() -> list[str]:
     """Every image the compiled examples/*.pipe run, which the examples image answers to."""
     return tag_names_for(sorted(EXAMPLES.glob("*.pipe")))
+
+
+def torchrun_image_names() -> list[str]:
+    """The images of the compiled examples that launch ``torchrun`` (the multi-node
+    stage's launch line, or a command of the user's), which the torch image answers to."""
+    return tag_names_for(sorted(EXAMPLES.glob("*.pipe")), launching="torchrun")
 
 
 # -- OCI image layouts -------------------------------------------------------------------------
@@ -185,10 +217,11 @@ def write_oci_archive(out: Path, name: str, layers: list[Path], config: dict[str
 
 # -- the images ----------------------------------------------------------------------------------
 
-def _cached(key: str, inputs: bytes, build: Callable[[Path], None]) -> Path:
-    """``build(dir)`` once per content of ``inputs``; the archive ``dir/image.tar``."""
+def _cached(key: str, inputs: bytes, build: Callable[[Path], None],
+            artifact: str = "image.tar") -> Path:
+    """``build(dir)`` once per content of ``inputs``; what it made, ``dir/<artifact>``."""
     out_dir = images_root() / f"{key}-{hashlib.sha256(inputs).hexdigest()[:16]}"
-    archive = out_dir / "image.tar"
+    archive = out_dir / artifact
     if archive.exists():
         return archive
     with _locked(images_root() / f"{key}.lock"):
@@ -217,14 +250,19 @@ def pause_image() -> Path:
     return _cached("pause", source, build)
 
 
+def _debian_rootfs(out: Path, suite: str, packages: tuple[str, ...]) -> Path:
+    rootfs = out / "rootfs.tar"
+    tmp = out / ".rootfs.partial.tar"  # mmdebstrap picks the format by the suffix
+    _run(["mmdebstrap", "--quiet", "--variant=essential", f"--include={','.join(packages)}",
+          suite, str(tmp)], timeout=1800)
+    tmp.replace(rootfs)
+    return rootfs
+
+
 def python_rootfs() -> Path:
     """The bookworm rootfs tar (the Python image's only layer)."""
     def build(out: Path) -> None:
-        rootfs = out / "rootfs.tar"
-        tmp = out / ".rootfs.partial.tar"  # mmdebstrap picks the format by the suffix
-        _run(["mmdebstrap", "--quiet", "--variant=essential",
-              f"--include={','.join(PACKAGES)}", SUITE, str(tmp)])
-        tmp.replace(rootfs)
+        rootfs = _debian_rootfs(out, SUITE, PACKAGES)
         write_oci_archive(out / "image.tar", PYTHON_IMAGE, [rootfs],
                           {"Env": [f"PATH={PATH}"], "Cmd": ["python3"]})
 
@@ -236,34 +274,66 @@ def python_image() -> Path:
     return python_rootfs().with_name("image.tar")
 
 
-def _example_files() -> list[tuple[str, bytes, int]]:
+def torch_rootfs() -> Path:
+    """The trixie rootfs with Debian's PyTorch (the torch image's first layer, 1.2 GB)."""
+    def build(out: Path) -> None:
+        _debian_rootfs(out, TORCH_SUITE, TORCH_PACKAGES)
+
+    return _cached("torch-rootfs", f"{TORCH_SUITE} {' '.join(TORCH_PACKAGES)}".encode(), build,
+                   artifact="rootfs.tar")
+
+
+def _mended_torch_files(rootfs: Path) -> list[tuple[str, bytes, int]]:
+    """``TORCH_MENDS`` applied to the files as the rootfs has them; an error where a file no
+    longer has the line (a new torch: see whether the mend is still needed)."""
+    files = []
+    with tarfile.open(rootfs) as tar:
+        for name, (line, replacement) in TORCH_MENDS.items():
+            member = tar.getmember(f"./{name}")
+            text = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+            if text.count(line) != 1:
+                raise ToolError(f"{name} in {TORCH_SUITE}'s python3-torch no longer has the "
+                                f"line the torch image mends: {line!r}")
+            files.append((name, text.replace(line, replacement).encode(), 0o644))
+    return files
+
+
+def _example_files(site_packages: str) -> list[tuple[str, bytes, int]]:
     files: list[tuple[str, bytes, int]] = []
     for package in EXAMPLE_PACKAGES:
         for path in sorted((EXAMPLES / package).rglob("*.py")):
             rel = path.relative_to(EXAMPLES).as_posix()
-            files.append((f"{SITE_PACKAGES}/{rel}", path.read_bytes(), 0o644))
+            files.append((f"{site_packages}/{rel}", path.read_bytes(), 0o644))
     for path in sorted(EXAMPLES.glob("*.py")):
         files.append((f"app/{path.name}", path.read_bytes(), 0o644))
     for path in sorted((EXAMPLES / "configs").glob("*")):
         files.append((f"app/configs/{path.name}", path.read_bytes(), 0o644))
-    # The multi-node example runs under torchrun; the image has no torch, so the stand-in
-    # launcher (tests/torchrun_standin.py: workers and their ranks, no rendezvous) is torchrun.
-    files.append(("usr/local/bin/torchrun", TORCHRUN_STANDIN.read_bytes(), 0o755))
     return files
 
 
-def examples_image() -> Path:
-    rootfs = python_rootfs()
-    files = _example_files()
+def _programs_image(key: str, name: str, rootfs: Path, files: list[tuple[str, bytes, int]]
+                    ) -> Path:
+    """``rootfs`` with ``files`` as a second layer, run in ``/app``."""
     layer_bytes = _tar_bytes(files)
 
     def build(out: Path) -> None:
         layer = out / "examples.tar"
         layer.write_bytes(layer_bytes)
-        write_oci_archive(out / "image.tar", EXAMPLES_IMAGE, [rootfs, layer],
+        write_oci_archive(out / "image.tar", name, [rootfs, layer],
                           {"Env": [f"PATH={PATH}"], "Cmd": ["python3"], "WorkingDir": "/app"})
 
-    return _cached("examples", rootfs.parent.name.encode() + layer_bytes, build)
+    return _cached(key, rootfs.parent.name.encode() + layer_bytes, build)
+
+
+def examples_image() -> Path:
+    return _programs_image("examples", EXAMPLES_IMAGE, python_rootfs(),
+                           _example_files(SITE_PACKAGES[SUITE]))
+
+
+def torch_image() -> Path:
+    rootfs = torch_rootfs()
+    return _programs_image("examples-torch", TORCH_IMAGE, rootfs,
+                           _mended_torch_files(rootfs) + _example_files(SITE_PACKAGES[TORCH_SUITE]))
 
 
 def argoexec_image() -> Path:
@@ -298,14 +368,16 @@ def build_images() -> dict[str, Path]:
     """Every image the real node runs: name -> OCI archive (built once, then cached)."""
     requirements_or_skip()
     return {PAUSE_IMAGE: pause_image(), PYTHON_IMAGE: python_image(),
-            EXAMPLES_IMAGE: examples_image(), ARGOEXEC_IMAGE: argoexec_image()}
+            EXAMPLES_IMAGE: examples_image(), TORCH_IMAGE: torch_image(),
+            ARGOEXEC_IMAGE: argoexec_image()}
 
 
-def import_images(ctr: Callable[..., str], archives: dict[str, Path],
-                  extra_tags: Iterable[str] | None = None) -> None:
+def import_images(ctr: Callable[..., str], archives: dict[str, Path]) -> None:
     """Import each archive with ``ctr`` (a ``ctr -n k8s.io`` runner) and give the examples
-    image the names in ``extra_tags`` (default: every name the examples use)."""
+    image every name the examples use, the torch image those that launch ``torchrun``."""
     for archive in archives.values():
         ctr("images", "import", str(archive))
-    for name in example_image_names() if extra_tags is None else extra_tags:
-        ctr("images", "tag", "--force", EXAMPLES_IMAGE, name)
+    launching = set(torchrun_image_names())
+    for name in example_image_names():
+        ctr("images", "tag", "--force", TORCH_IMAGE if name in launching else EXAMPLES_IMAGE,
+            name)

@@ -16,7 +16,12 @@ real (Argo's init and wait containers, the durapipe runtime, the user's program)
   health ports on this machine's addresses only;
 - GPU capacity advertised as the extended resource ``nvidia.com/gpu`` (a node status patch, as
   Kubernetes documents for extended resources) with a GPU product label, so GPU stages place
-  here and run on the CPU.
+  here and run on the CPU;
+- cluster DNS: CoreDNS (``tools/cluster/coredns``: its kubernetes plugin) on this machine's
+  address, port 53, as the kubelet's ``clusterDNS``, running as its own ServiceAccount with
+  CoreDNS's ClusterRole, so a pod resolves Services and the hostnames of a headless Service's
+  pods (torchrun's master address in a JobSet) as in any cluster.  It stands for the cluster's
+  DNS, not for the node: ``lose()`` leaves it running.
 
 The kubelet and containerd are machine-wide (``/var/lib/cni``, ``/var/log/containers``, the
 ``kubepods`` cgroups, network namespaces, iptables, sysctls), so one real node runs per machine,
@@ -31,6 +36,8 @@ import os
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -59,6 +66,10 @@ SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops",
 #: Machine-wide directories the kubelet, containerd or the CNI plugins add entries to.
 SHARED_DIRS = (Path("/var/log/containers"), Path("/var/log/pods"), Path("/var/lib/cni"),
                Path("/run/netns"), Path("/run/containerd"), Path("/var/lib/kubelet"))
+#: The cluster's DNS domain (the kubelet's clusterDomain, CoreDNS's zone).
+CLUSTER_DOMAIN = "cluster.local"
+DNS_NAMESPACE = "kube-system"
+DNS_ACCOUNT = "coredns"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_COUNT = 2
 #: What the node is: a spot A10G node of an EKS managed node group (docs/language.md, Cluster
@@ -229,8 +240,11 @@ class RealNode:
     cluster: Cluster
     state: Path
     kubelet: Path
+    coredns: Path
     before: HostState
     procs: list[Proc] = field(default_factory=list)
+    #: The cluster's DNS server: not the node's, so a lost node does not take it along.
+    dns: Proc | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -249,15 +263,16 @@ class RealNode:
         return proc.stdout
 
     @classmethod
-    def start(cls, cluster: Cluster, kubelet: Path, state: Path,
+    def start(cls, cluster: Cluster, bins: dict[str, Path], state: Path,
               load_images: Callable[[RealNode], None]) -> RealNode:
-        """Start containerd, let ``load_images`` import what the pods run, start the kubelet
-        and wait for the node to be Ready with its GPU capacity."""
+        """Start containerd, let ``load_images`` import what the pods run, start the cluster's
+        DNS and the kubelet and wait for the node to be Ready with its GPU capacity."""
         requirements_or_skip()
         if _node_processes() or RUN_DIR.exists():
             raise ToolError(f"another real node runs on this machine ({RUN_DIR} or its "
                             "processes exist): one at a time (the kubelet is machine-wide)")
-        node = cls(cluster=cluster, state=state, kubelet=kubelet, before=HostState.read())
+        node = cls(cluster=cluster, state=state, kubelet=bins["kubelet"],
+                   coredns=bins["coredns"], before=HostState.read())
         try:
             node._start(load_images)
         except BaseException:
@@ -274,6 +289,8 @@ class RealNode:
         load_images(self)
         self.timings["images"] = time.monotonic() - t0
         self._route_service_ip()
+        self._start_dns()
+        self.timings["dns"] = time.monotonic() - t0
         self._start_kubelet()
         self._advertise_gpus()
         self.timings["ready"] = time.monotonic() - t0
@@ -311,6 +328,22 @@ class RealNode:
              "--dport", "443", "-m", "comment", "--comment", "durapipe-realnode",
              "-j", "DNAT", "--to-destination", f"{self.cluster.address}:{self.cluster.api_port}")
 
+    def _start_dns(self) -> None:
+        """CoreDNS as a cluster runs it (its ServiceAccount, CoreDNS's own ClusterRole), bound
+        to this machine's address only, ready once it answers for the ``kubernetes``
+        Service."""
+        self.cluster.apply(coredns_rbac())
+        kubeconfig = self.cluster.account_kubeconfig(DNS_ACCOUNT, DNS_NAMESPACE,
+                                                     RUN_DIR / "coredns.kubeconfig")
+        corefile = RUN_DIR / "Corefile"  # under RUN_DIR: on CoreDNS's command line
+        corefile.write_text(_corefile(self.cluster.address, kubeconfig))
+        self.dns = spawn("coredns", [str(self.coredns), "-conf", str(corefile), "-quiet"],
+                         self.state, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        name = f"kubernetes.default.svc.{CLUSTER_DOMAIN}"
+        _wait(f"cluster DNS ({name})",
+              lambda: dns_lookup(self.cluster.address, name) == [SERVICE_IP], 60,
+              died(self.dns))
+
     def _start_kubelet(self) -> None:
         st = self.state
         kubeconfig = st / "kubelet.kubeconfig"
@@ -324,7 +357,8 @@ class RealNode:
         config = RUN_DIR / "kubelet.yaml"
         config.write_text(yaml.safe_dump(_kubelet_config(
             st, self.cluster.address, self.socket,
-            self.cluster.state / "pki" / "kubelet-client-ca.crt")))
+            self.cluster.state / "pki" / "kubelet-client-ca.crt",
+            dns=self.cluster.address if self.dns is not None else None)))
         proc = self._spawn("kubelet", [
             str(self.kubelet), f"--config={config}", f"--kubeconfig={kubeconfig}",
             f"--root-dir={st / 'kubelet'}", f"--cert-dir={st / 'kubelet-pki'}",
@@ -382,6 +416,8 @@ class RealNode:
                                   if not any(p.popen.pid == pid for p in self.procs)])
         for proc in reversed(self.procs):
             _terminate(proc)
+        if self.dns is not None:
+            _terminate(self.dns)
         _kill_until_gone(lambda: [pid for pid, _ in _node_processes()])
         self._unmount_and_remove()
         for d in _kubepods_dirs():
@@ -515,8 +551,77 @@ state = "{run / 'state'}"
 
 
 
-def _kubelet_config(state: Path, address: str, socket: Path, client_ca: Path) -> dict[str, Any]:
+def _corefile(address: str, kubeconfig: Path) -> str:
+    # No forward: nothing outside the cluster's zone is reachable from here.  No cache: a
+    # name asked for before its pod has an address (torchrun's master, while pod 0 starts)
+    # must not be remembered as missing.
+    return f"""\
+{CLUSTER_DOMAIN}:53 {{
+    bind {address}
+    errors
+    kubernetes {CLUSTER_DOMAIN} {{
+        kubeconfig {kubeconfig}
+    }}
+}}
+"""
+
+
+def coredns_rbac() -> list[dict[str, Any]]:
+    """CoreDNS's ServiceAccount and the rights of its ``system:coredns`` ClusterRole (as
+    kubeadm installs it: what the kubernetes plugin lists and watches)."""
+    role = f"durapipe-e2e:{DNS_ACCOUNT}"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": DNS_ACCOUNT, "namespace": DNS_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role},
+         "rules": [
+             {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+              "verbs": ["list", "watch"]},
+             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+              "verbs": ["list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": DNS_ACCOUNT,
+                       "namespace": DNS_NAMESPACE}]},
+    ]
+
+
+def dns_lookup(server: str, name: str, timeout: float = 2) -> list[str]:
+    """The IPv4 addresses ``server`` (port 53, UDP) answers for ``name``: one A query, as a
+    pod's resolver sends it."""
+    query_id = os.getpid() & 0xFFFF
+    question = b"".join(bytes([len(label)]) + label.encode() for label in name.split("."))
+    packet = struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + question + \
+        b"\0" + struct.pack(">HH", 1, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(packet, (server, 53))
+        reply = sock.recv(4096)
+    rid, flags, _qd, answers = struct.unpack(">HHHH", reply[:8])
+    if rid != query_id or flags & 0x000F:  # another reply, or an error (NXDOMAIN, ...)
+        return []
+    offset = 12 + len(question) + 1 + 4
+    found = []
+    for _ in range(answers):
+        while reply[offset] and reply[offset] & 0xC0 != 0xC0:  # the owner name's labels
+            offset += reply[offset] + 1
+        offset += 2 if reply[offset] & 0xC0 == 0xC0 else 1
+        rtype, _cls, _ttl, length = struct.unpack(">HHIH", reply[offset:offset + 10])
+        offset += 10
+        if rtype == 1 and length == 4:
+            found.append(socket.inet_ntoa(reply[offset:offset + 4]))
+        offset += length
+    return found
+
+
+def _kubelet_config(state: Path, address: str, socket: Path, client_ca: Path,
+                    dns: str | None = None) -> dict[str, Any]:
+    cluster_dns = {"clusterDNS": [dns], "clusterDomain": CLUSTER_DOMAIN} if dns else {}
     return {
+        **cluster_dns,
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         # This machine: cgroup v1 (1.35 refuses it unless told), no systemd.
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "oomScoreAdj": 0,

@@ -49,6 +49,10 @@ def test_the_examples_image_answers_to_every_image_the_compiled_examples_run() -
     # A multi-node stage's pods are in its JobSet, a YAML string in a resource template.
     multinode = images.EXAMPLES / "multinode_pretrain.pipe"
     assert images.tag_names_for([multinode]) == ["ghcr.io/acme/pretrain:0.9.1"]
+    # The torch image answers to the images that launch torchrun: the multi-node stage's
+    # (its launch line is the compiler's) and gpu_fallback's (the user's own command).
+    assert images.torchrun_image_names() == ["ghcr.io/acme/llm:2025.06",
+                                             "ghcr.io/acme/pretrain:0.9.1"]
 
 
 def _members(archive: Path) -> dict[str, bytes]:
@@ -228,6 +232,15 @@ def test_every_image_imports_into_containerd_and_runs_its_program() -> None:
         assert node.run("ghcr.io/acme/churn:4.1.0", "ex", "python3", "-c", script) == "/app True\n"
         # Argo's init container runs `argoexec init` by PATH, and emissary copies the binary it
         # finds there into the shared volume: it must be found as `argoexec`.
+        # The multi-node example's image: Debian's torch with its torchrun, the static
+        # rendezvous mended to name its store's backend (images.TORCH_MENDS).
+        script = ("import torch, inspect, torch.distributed.elastic.rendezvous."
+                  "static_tcp_rendezvous as r; print(torch.__version__.split('+')[0], "
+                  "'use_libuv=False' in inspect.getsource(r))")
+        assert node.run("ghcr.io/acme/pretrain:0.9.1", "torch", "python3", "-c",
+                        script) == "2.6.0 True\n"
+        usage = node.run("ghcr.io/acme/pretrain:0.9.1", "torchrun", "torchrun", "--help")
+        assert "--nproc_per_node" in usage and "--master_addr" in usage, usage[:2000]
         out = node.run(images.ARGOEXEC_IMAGE, "exec", "argoexec", "version")
         assert "argoexec" in out, out
         assert node.run(images.ARGOEXEC_IMAGE, "exec2", "/bin/argoexec", "version") == out

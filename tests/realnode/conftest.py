@@ -130,7 +130,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real]:
         def load(n: RealNode) -> None:
             images.import_images(n.ctr, archives)
 
-        node = RealNode.start(cluster, bins["kubelet"], state / "node", load)
+        node = RealNode.start(cluster, bins, state / "node", load)
         yield Real(cluster, node, s3)
     finally:
         if node is not None:

@@ -1,9 +1,11 @@
 """examples/multinode_pretrain.pipe on the real node, resized the way a user tries it on a
 small cluster (2 nodes x 2 processes, one GPU each): Argo creates the JobSet, JobSet's
-controller two real pods, each running the runtime wrapper, torchrun (the image's stand-in
-launcher: workers and their ranks, no rendezvous) and the script.  One pod is evicted through
-the API mid-training: the JobSet restarts as a whole without counting it against
-`max_restarts`, the other pod's rank 0 commits its final save on SIGTERM, and every rank of the
+controller two real pods, each running the runtime wrapper, PyTorch's own torchrun (Debian's
+2.6, tests/e2e/images.py) and the script.  The two torchrun agents meet in a static rendezvous
+at pod 0's TCPStore, which pod 1 finds by its hostname in the JobSet's headless Service through
+cluster DNS (CoreDNS on the node).  One pod is evicted through the API mid-training: the JobSet
+restarts as a whole without counting it against `max_restarts`, the other pod's rank 0 commits
+its final save on SIGTERM, the restarted pods meet again at the new pod 0, and every rank of the
 restart resumes from rank 0's last commit; only rank 0 ever wrote the line."""
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ NS = "ml-training"
 TEMPLATE = "pretrain-7b"
 MiB = 2**20
 OVERLAY = '''\
-"""multinode_pretrain.pipe on a 2-core cluster with two GPUs: 2 nodes x 2 processes."""
+"""multinode_pretrain.pipe on a 2-core cluster with two GPUs: 2 nodes x 2 processes, and
+torchrun's agents logging their rendezvous (LOGLEVEL=INFO)."""
 from dataclasses import replace
 from durapipe.dsl.load import load_path
 from durapipe.dsl.model import GpuChoice
@@ -33,10 +36,12 @@ _example = load_path({path!r}).pipeline
 assert _example is not None, "the example does not load"
 (_stage,) = _example.stages
 _gpu = replace(_stage.resources.gpu, count=1, types=(GpuChoice(type="A10G", count=1),))
+# torchrun's agent imports torch: about 250 MiB besides the two workers.
 _stage = replace(_stage,
-                 resources=replace(_stage.resources, cpu=100, memory=192 * 2**20,
+                 resources=replace(_stage.resources, cpu=100, memory=640 * 2**20,
                                    shm=16 * 2**20, gpu=_gpu),
                  distributed=replace(_stage.distributed, replicas=2, procs_per_node=2),
+                 env={{**_stage.env, "LOGLEVEL": "INFO"}},
                  timeout=600)
 pipeline = replace(_example, storage_secret={secret!r}, stages=(_stage,))
 '''
@@ -63,6 +68,17 @@ def cluster_state(real: Real, workflow: str) -> str:
                  ("get", "events", "-n", NS, "--sort-by=.lastTimestamp")):
         parts.append(real.cluster.kubectl(*args, check=False).stdout[-6000:])
     return "\n".join(parts)
+
+
+def rendezvous(log: str) -> dict[str, str]:
+    """What torchrun's agent logged of its rendezvous (``Rendezvous complete for workers``)."""
+    _, found, rest = log.partition("Rendezvous complete for workers. Result:")
+    if not found:
+        return {}
+    # Each line of the message carries the logger's prefix: "I1207 ... api.py:525]   key=value".
+    fields = dict(re.findall(r"\]\s+(\w+)=(\S+)\s*$", rest, flags=re.M))
+    return {k: fields[k].strip() for k in ("master_addr", "master_port", "group_rank",
+                                            "group_world_size") if k in fields}
 
 
 def line_keys(real: Real) -> list[str]:
@@ -106,6 +122,14 @@ def test_a_two_pod_jobset_restarts_on_an_eviction_and_resumes_from_rank_0(
     assert "rank 1/4 starting at step 0" in logs[node0]
     assert {"rank 2/4 starting at step 0", "rank 3/4 starting at step 0"} <= set(
         re.findall(r"rank \d/4 starting at step \d+", logs[node1]))
+    # The agents met at pod 0's store, by its name in the JobSet's headless Service.
+    jobset_name = pods[0]["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]
+    master = f"{jobset_name}-node-0-0.{jobset_name}"
+    for pod, group_rank in ((node0, 0), (node1, 1)):
+        assert rendezvous(logs[pod]) == {"master_addr": master, "master_port": "29500",
+                                         "group_rank": str(group_rank),
+                                         "group_world_size": "2"}, logs[pod]
+    assert "stand-in" not in logs[node0] + logs[node1]
     # Every rank calls save; the runtime keeps rank 0's only.
     assert re.search(r"rank 1 step 5 left to rank 0", logs[node0]), logs[node0]
     assert re.search(r"rank [23] step 5 left to rank 0", logs[node1]), logs[node1]
@@ -137,7 +161,7 @@ def test_a_two_pod_jobset_restarts_on_an_eviction_and_resumes_from_rank_0(
     report = pl.durapipe("status", name, "-n", NS, real=real).stdout
     print(report)
     (row,) = [line.split() for line in report.splitlines() if line.startswith("pretrain ")]
-    assert row == ["pretrain", "Succeeded", "2", "1", "0/3", "0", "192Mi", "A10G", "-"], row
+    assert row == ["pretrain", "Succeeded", "2", "1", "0/3", "0", "640Mi", "A10G", "-"], row
     assert (f"  pretrain: {js['metadata']['name']}: 1 restart(s), 0 counted of maxRestarts 2, "
             "1 not counted") in report, report
 
@@ -150,6 +174,10 @@ def test_a_two_pod_jobset_restarts_on_an_eviction_and_resumes_from_rank_0(
         text = main_log(real, pod["metadata"]["name"])
         for rank, step in re.findall(r"rank (\d)/4 starting at step (\d+)", text):
             resumed[int(rank)] = int(step)
+        # The restart's agents met again, at the new pod 0 (restart_count counts torchrun's
+        # own restarts, none here: JobSet restarts the pods).
+        met = rendezvous(text)
+        assert (met.get("master_addr"), met.get("group_world_size")) == (master, "2"), text
         assert re.search(r"rank \d/4 step 20 loss", text), text
     print("resumed at:", resumed)
     assert sorted(resumed) == [0, 1, 2, 3]

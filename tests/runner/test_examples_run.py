@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PIPES = sorted(EXAMPLES.glob("*.pipe"))
 
 #: torchrun's process launching without torch (workers and their ranks; no rendezvous, which
-#: these scripts do not need): the launcher the real node's examples image carries too.
+#: these scripts do not need); the real node runs PyTorch's own (tests/realnode).
 TORCHRUN = (Path(__file__).resolve().parents[1] / "torchrun_standin.py").read_text()
 
 
