@@ -386,11 +386,13 @@ class RealNode:
     def lose(self) -> None:
         """The node dies abruptly, as a reclaimed VM does: the kubelet, every container, the
         shims and containerd are SIGKILLed at once (no SIGTERM, no wait container reporting),
-        and the Node object is deleted, as a cloud's node controller deletes a vanished VM."""
+        and the Node object is deleted, as a cloud's node controller deletes a vanished VM.
+        The cluster's DNS server is not the node's: it stays."""
         for proc in self.procs:
             if proc.popen.poll() is None:
                 proc.popen.kill()
-        _kill_until_gone(lambda: [pid for pid, _ in _node_processes()])
+        dns_pid = self.dns.popen.pid if self.dns is not None else None
+        _kill_until_gone(lambda: [pid for pid, _ in _node_processes() if pid != dns_pid])
         for proc in self.procs:
             proc.popen.wait(timeout=10)
         self.procs.clear()
@@ -617,7 +619,7 @@ def dns_lookup(server: str, name: str, timeout: float = 2) -> list[str]:
     return found
 
 
-def _kubelet_config(state: Path, address: str, socket: Path, client_ca: Path,
+def _kubelet_config(state: Path, address: str, runtime_socket: Path, client_ca: Path,
                     dns: str | None = None) -> dict[str, Any]:
     cluster_dns = {"clusterDNS": [dns], "clusterDomain": CLUSTER_DOMAIN} if dns else {}
     return {
@@ -625,7 +627,7 @@ def _kubelet_config(state: Path, address: str, socket: Path, client_ca: Path,
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         # This machine: cgroup v1 (1.35 refuses it unless told), no systemd.
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "oomScoreAdj": 0,
-        "containerRuntimeEndpoint": f"unix://{socket}",
+        "containerRuntimeEndpoint": f"unix://{runtime_socket}",
         "address": address, "port": free_port(), "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from e2e.realnode import CLUSTER_DOMAIN, SERVICE_IP, dns_lookup
+
 from . import pipelines as pl
 from .conftest import Real
 from .test_preemption import NS, TEMPLATE, main_log, train_pods, trained
@@ -55,6 +57,9 @@ def test_a_node_lost_mid_training_costs_one_preemption_and_resumes(real: Real, t
         assert time.monotonic() - lost_seen < 60, messages
         time.sleep(1)
 
+    # The cluster's DNS is not the node's: it answered through the loss, as a cluster's does.
+    assert dns_lookup(real.cluster.address, f"kubernetes.default.svc.{CLUSTER_DOMAIN}") == [
+        SERVICE_IP]
     real.node.rejoin()
     wf = pl.wait_finished(real, name, NS, timeout=300)
     print(f"run {wf['status']['phase']} {time.monotonic() - t0:.0f} s after the loss")
