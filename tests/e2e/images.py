@@ -10,7 +10,8 @@
   examples' output runs unchanged;
 - ``TORCH_IMAGE``: the same programs over Debian trixie's ``python3-torch`` (PyTorch 2.6 and
   its real ``torchrun``), answering to the images whose compiled command launches ``torchrun``
-  (``torchrun_image_names``: the multi-node example's, whose pods rendezvous over cluster DNS);
+  (``torchrun_image_names``: the multi-node example's, whose pods rendezvous over cluster DNS,
+  and gpu_fallback's, whose own command is torchrun);
   one file of Debian's torch is mended (``TORCH_MENDS``);
 - ``ARGOEXEC_IMAGE``: Argo's ``argoexec`` v4.1.2 built from ``../shared``'s source
   (``CGO_ENABLED=0``) at ``/bin/argoexec``, as Argo's own image has it.
