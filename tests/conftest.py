@@ -61,6 +61,9 @@ def _tier_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--full"):
         items.sort(key=_tier_rank)
+        misplaced = misplaced_in_lanes(items)
+        if misplaced:
+            raise pytest.UsageError("\n".join(misplaced))
         return
     keep: list[pytest.Item] = []
     full_only: list[pytest.Item] = []
@@ -74,6 +77,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _FULL_ONLY = pytest.StashKey[int]()
+
+
+#: The lanes of ``--full -n 3`` (what CI runs): tests that must run one after another on one
+#: xdist worker, by node id prefix, the first match winning. The control plane and the real
+#: node are each started by a package-scoped fixture and stopped after the package's last test:
+#: split over two workers, each would start its own. The image test's private containerd puts
+#: its shims' sockets under /run/containerd, which the real node's teardown sweeps and its
+#: leftover check reads, so it runs in the real node's lane, before the node starts. The rest
+#: of the suite (fast, harness, training) is spread over the workers by module, so it runs
+#: beside the two lanes, which mostly wait on the controllers' clocks.
+SERIAL_LANES: tuple[tuple[str, str], ...] = (
+    ("tests/e2e/test_images.py", "real node"),
+    ("tests/e2e/", "control plane"),
+    ("tests/realnode/", "real node"),
+)
+#: The order the lanes are handed out in: the longest first.
+LANE_ORDER = ("control plane", "real node")
+#: The fixtures that start one of those machines, with the lane every test using one must be in.
+LANE_FIXTURES = {"e2e": "control plane", "real": "real node"}
+
+
+def serial_lane(nodeid: str) -> str | None:
+    return next((lane for prefix, lane in SERIAL_LANES if nodeid.startswith(prefix)), None)
+
+
+def misplaced_in_lanes(items: list[pytest.Item]) -> list[str]:
+    """Tests that start a control plane or a node outside that machine's lane."""
+    return [f"{item.nodeid} uses the fixture {fixture!r} but runs in lane "
+            f"{serial_lane(item.nodeid)!r}, not {lane!r} (tests/conftest.py, SERIAL_LANES)"
+            for item in items
+            for fixture, lane in LANE_FIXTURES.items()
+            if fixture in getattr(item, "fixturenames", ()) and serial_lane(item.nodeid) != lane]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """xdist's `loadgroup` would do this with ``xdist_group`` marks, but xdist 3.8 marks a group
+    by rewriting ``item._nodeid``, which pytest 9 no longer reads (a node's id is ``_id``): the
+    mark is silently ignored and every worker starts its own control plane. The lane is read
+    off the node id instead, which is all the scheduler is given."""
+    if not config.getoption("--full"):
+        return None  # the fast tier: xdist's default per-test load balancing
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_lane(nodeid) or nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: object) -> None:
+            # The lanes first, each to a worker of its own: they are the run's longest chains
+            # (the rest goes out largest module first, xdist's own order).
+            lane = next((lane for lane in LANE_ORDER if lane in self.workqueue), None)
+            if lane is not None:
+                self.workqueue.move_to_end(lane, last=False)
+            super()._assign_work_unit(node)
+
+    return LaneScheduling(config, log)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -1,11 +1,11 @@
 """The session's control plane (tests/e2e/cluster.py) with its nodes and the pod-fate watcher.
 
 Started once per run by the first e2e test that asks for it, and stopped as soon as the last
-test of this package is done (package scope): the rest of the suite must not share the machine
-with a control plane, nor the test process with the fate watcher, whose re-list of every
-workflow pod each 30 s (thousands after the 2,000-stage case) costs seconds of Python in this
-process, and once made a runtime test's grace-period wait 2.7 s late. The teardown fails if any process
-outlives it.
+test of this package is done (package scope). Under ``--full -n 3`` the whole package is one
+lane on one xdist worker (tests/conftest.py, SERIAL_LANES), so the fate watcher, whose re-list of
+every workflow pod each 30 s (thousands after the 2,000-stage case) costs seconds of Python,
+shares its process with no other test: in one process with the suite it once made a runtime
+test's grace-period wait 2.7 s late. The teardown fails if any process outlives it.
 """
 
 from __future__ import annotations
