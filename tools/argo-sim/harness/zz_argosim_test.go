@@ -202,13 +202,17 @@ func (s *simulator) keyOf(n *wfv1.NodeStatus) string {
 
 // simPod tracks the simulated kubelet's plan for one pod.
 type simPod struct {
-	name     string
-	nodeID   string
-	key      string
-	outcome  simOutcome
-	stage    int // 0 created, 1 running/pending, 2 terminal, 3 lost (deleted at the next step)
-	waitLeft time.Duration
-	deleted  bool
+	name    string
+	nodeID  string
+	key     string
+	outcome simOutcome
+	stage   int // 0 created, 1 running/pending, 2 terminal, 3 lost (deleted at the next step)
+	// When the pod's current wait ends (its outcome's minutes, a pending spell, main's exit
+	// inside the grace), on the controller's clock: Argo reads time.Now(), so the real time a
+	// step takes passes for the pod as it does for the controller's deadlines, and spend
+	// moves it back with every recorded timestamp. Zero: no wait.
+	due     time.Time
+	deleted bool
 	// Deleted by the controller before it finished (an expired pendingTimeout).
 	deletedByController bool
 	// Stopped by a signal from the controller (a deadline) before its outcome was due.
@@ -220,6 +224,9 @@ type simPod struct {
 	terminating bool
 	stopped     simOutcome
 	order       int
+	// Scheduled only after a pending spell: it starts when the harness schedules it, not at
+	// its creation.
+	pended bool
 }
 
 type simulator struct {
@@ -488,7 +495,7 @@ func terminationGrace(p *apiv1.Pod) time.Duration {
 	return 30 * time.Second
 }
 
-// stop plays the kubelet's SIGTERM to a running main: the pod ends with ``o`` once main has
+// stop plays the kubelet's SIGTERM to a running main: the pod ends with o once main has
 // taken its termMinutes to exit, or at once when it takes none; never later than the grace.
 func (s *simulator) stop(sp *simPod, p *apiv1.Pod, o simOutcome) {
 	term := time.Duration(sp.outcome.TermMinutes * float64(time.Minute))
@@ -499,7 +506,15 @@ func (s *simulator) stop(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		s.finish(sp, p, o)
 		return
 	}
-	sp.terminating, sp.stopped, sp.waitLeft = true, o, term
+	sp.terminating, sp.stopped, sp.due = true, o, time.Now().Add(term)
+}
+
+// left is how long the pod's current wait has to run (zero or less: due).
+func (sp *simPod) left() time.Duration {
+	if sp.due.IsZero() {
+		return 0
+	}
+	return time.Until(sp.due)
 }
 
 // awaitPodInformer waits until the pod informer (which Argo's test controller runs for real)
@@ -730,11 +745,10 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 
 // kubelet advances every pod one stage. It reports whether anything changed and the
 // shortest simulated wait that a pod still has (run time or pending time).
-func (s *simulator) kubelet() (bool, time.Duration) {
+func (s *simulator) kubelet() (changed bool, wait time.Duration, deadlineDue bool) {
 	pods := s.listPods()
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	changed := false
-	var wait time.Duration
+	var nearestDeadline time.Duration
 	listed := map[string]bool{}
 	for i := range pods {
 		listed[pods[i].Name] = true
@@ -790,32 +804,41 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 		switch sp.stage {
 		case 0:
 			now := metav1.Now()
+			// A pod bound (or found unschedulable) at once starts, on the controller's clock,
+			// when it was created: the real seconds the controller and the informers take
+			// before the harness gets here (many on a loaded machine) would otherwise count
+			// against its activeDeadlineSeconds and the workflow's deadline but not its
+			// outcome, and a pod due a second before its deadline would miss it.
+			start := now
+			if !sp.pended && !p.CreationTimestamp.IsZero() {
+				start = p.CreationTimestamp
+			}
+			sp.due = start.Add(time.Duration(o.Minutes * float64(time.Minute)))
 			if o.Outcome == "pending" || o.Outcome == "deleted-pending" {
 				p.Status.Phase = apiv1.PodPending
 				p.Status.Conditions = []apiv1.PodCondition{{
 					Type: apiv1.PodScheduled, Status: apiv1.ConditionFalse, Reason: apiv1.PodReasonUnschedulable,
 					Message: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", LastTransitionTime: now,
 				}}
-				sp.waitLeft = time.Duration(o.Minutes * float64(time.Minute))
 			} else {
 				// Scheduled: bound to a node (Argo reports it as the node's hostNodeName).
 				p.Spec.NodeName = simNodeName
 				p.Status.Phase = apiv1.PodRunning
-				p.Status.StartTime = &now
+				p.Status.StartTime = &start
 				p.Status.Conditions = []apiv1.PodCondition{{Type: apiv1.PodScheduled, Status: apiv1.ConditionTrue, LastTransitionTime: now}}
-				mainContainerStatus(p, apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{StartedAt: now}})
-				sp.waitLeft = time.Duration(o.Minutes * float64(time.Minute))
+				mainContainerStatus(p, apiv1.ContainerState{Running: &apiv1.ContainerStateRunning{StartedAt: start}})
 			}
 			sp.stage = 1
 			s.updatePod(p)
 			changed = true
 		case 1:
+			waitLeft := sp.left()
 			if sp.terminating {
 				// Inside the grace period: the deadline no longer applies (the kill is under
 				// way); the pod ends when main exits.
-				if sp.waitLeft > 0 {
-					if wait == 0 || sp.waitLeft < wait {
-						wait = sp.waitLeft
+				if waitLeft > 0 {
+					if wait == 0 || waitLeft < wait {
+						wait = waitLeft
 					}
 					continue
 				}
@@ -830,13 +853,16 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 					changed = true
 					continue
 				}
-				if sp.waitLeft > 0 && (wait == 0 || left < wait) {
+				if waitLeft > 0 && (wait == 0 || left < wait) {
 					wait = left // the clock stops at the deadline, as it does at a pod's end
 				}
+				if waitLeft > 0 && (nearestDeadline == 0 || left < nearestDeadline) {
+					nearestDeadline = left
+				}
 			}
-			if sp.waitLeft > 0 {
-				if wait == 0 || sp.waitLeft < wait {
-					wait = sp.waitLeft
+			if waitLeft > 0 {
+				if wait == 0 || waitLeft < wait {
+					wait = waitLeft
 				}
 				continue
 			}
@@ -852,7 +878,7 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 				}
 				// Scheduled at last: start over with the follow-up outcome.
 				sp.outcome = *o.Then
-				sp.stage = 0
+				sp.stage, sp.pended = 0, true
 				changed = true
 				continue
 			}
@@ -864,14 +890,14 @@ func (s *simulator) kubelet() (bool, time.Duration) {
 			changed = true
 		}
 	}
-	return changed, wait
+	return changed, wait, nearestDeadline > 0 && wait == nearestDeadline
 }
 
 // spend lets simulated time pass for every waiting pod.
 func (s *simulator) spend(d time.Duration) {
 	for _, sp := range s.pods {
-		if sp.stage == 1 {
-			sp.waitLeft -= d
+		if !sp.due.IsZero() {
+			sp.due = sp.due.Add(-d)
 		}
 	}
 	s.advance(d)
@@ -1076,8 +1102,15 @@ func TestArgoSim(t *testing.T) {
 	{
 		fc.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 			if create, ok := action.(k8stesting.CreateAction); ok {
-				if pod, ok := create.GetObject().(*apiv1.Pod); ok && pod.Status.Phase == "" {
-					pod.Status.Phase = apiv1.PodPending
+				if pod, ok := create.GetObject().(*apiv1.Pod); ok {
+					if pod.Status.Phase == "" {
+						pod.Status.Phase = apiv1.PodPending
+					}
+					// The API server stamps every new object; the harness's kubelet starts
+					// a pod bound at once from this moment.
+					if pod.CreationTimestamp.IsZero() {
+						pod.CreationTimestamp = metav1.Now()
+					}
 				}
 			}
 			return false, nil, nil
@@ -1131,7 +1164,7 @@ func (s *simulator) runWithSnapshots(maxSteps int) {
 	s.operate()
 	s.snapshotPods()
 	for s.steps < maxSteps && !s.wf.Status.Fulfilled() {
-		changed, wait := s.kubelet()
+		changed, wait, deadlineDue := s.kubelet()
 		s.snapshotPods()
 		if !changed {
 			// Let time pass in ticks, never more than one at a time, up to the next pod event:
@@ -1143,6 +1176,13 @@ func (s *simulator) runWithSnapshots(maxSteps int) {
 				d = wait
 			}
 			s.spend(d)
+			if deadlineDue && d == wait {
+				// The clock stands at a pod's activeDeadlineSeconds: the kubelet stops it now,
+				// before the controller looks. Otherwise the real time this step takes would
+				// decide whether the controller's own deadline, which Argo sets to fall less
+				// than a second later, is seen first.
+				continue
+			}
 		} else {
 			s.spend(time.Second)
 		}
