@@ -18,7 +18,10 @@ submits N runs at once and waits until every run has ended. The forms:
   with GPU fallback H100 -> A100-80GB after 30 s);
 - ``minimal-tmpl``, ``durapipe-tmpl``: the same, each run created from a WorkflowTemplate
   (``workflowTemplateRef``; ``durapipe compile --kind template``, as GitOps deploys it). Argo
-  copies the template's spec into every such run's status, so each is compared in kind.
+  copies the template's spec into every such run's status, so each is compared in kind;
+- ``durapipe-folded`` (only when named): the ``durapipe`` form with each stage's application
+  budget folded into one ``retryStrategy`` (benchmarks/what_if.py), a lowering durapipe does
+  not have: what building it could save, at most.
 
 The same fates for all: train's first pod of every run fails (exit 1), every other pod
 succeeds after 2 s (train: 5 s). Every run has its own ``snapshot`` param, so every run misses
@@ -67,6 +70,8 @@ import yaml  # noqa: E402
 
 from e2e.cluster import ARGO_NAMESPACE, Cluster, build_binaries  # noqa: E402
 from e2e.nodes import node, spot_labels  # noqa: E402
+
+from benchmarks.what_if import fold_application_budget  # noqa: E402
 
 DIGEST = "198657d88e13664112ad27589506b9048bbab9027442726be0daca1290e2157f"
 IMAGE = f"ghcr.io/acme/churn:4.1.0@sha256:{DIGEST}"
@@ -240,6 +245,11 @@ def forms(out: Path) -> dict[str, Form]:
             "metadata": {"generateName": prefix, "namespace": ns},
             "spec": {"workflowTemplateRef": {"name": name}, "arguments": args(snapshot)}}
 
+    def durapipe_folded(snapshot: str) -> dict[str, Any]:
+        wf = fold_application_budget(durapipe_inline(snapshot))
+        wf["metadata"]["generateName"] = "fleet-df-"
+        return wf
+
     return {
         "minimal": Form("minimal", MINIMAL_NS, "fleet-m-", minimal_workflow),
         "durapipe": Form("durapipe", DURAPIPE_NS, "fleet-d-", durapipe_inline,
@@ -249,6 +259,8 @@ def forms(out: Path) -> dict[str, Form]:
         "durapipe-tmpl": Form("durapipe-tmpl", DURAPIPE_NS, "fleet-dt-",
                               ref("fleet-dt-", DURAPIPE_NS, template["metadata"]["name"]),
                               compiled["template"]),
+        "durapipe-folded": Form("durapipe-folded", DURAPIPE_NS, "fleet-df-", durapipe_folded,
+                                [d for d in compiled["workflow"] if d["kind"] != "Workflow"]),
     }
 
 

@@ -20,6 +20,8 @@ milliseconds per run, and the ratio to the minimal form measured in the same rou
 
 ``--baseline DIR`` adds the output of the durapipe checkout in ``DIR`` (compiled with
 ``PYTHONPATH=DIR``), e.g. a ``git worktree`` of an earlier commit, to compare a change.
+``--folded`` adds durapipe's output with each stage's application budget folded into one
+``retryStrategy`` (benchmarks/what_if.py): a lowering not built, measured as an upper bound.
 
 Needs Go and ../shared (as tests/argo). Not a test and not part of CI.
 """
@@ -42,6 +44,7 @@ sys.path[:0] = [str(REPO)]
 import yaml  # noqa: E402
 
 from benchmarks.fleet_scale import FLEET_PIPELINE, minimal_workflow  # noqa: E402
+from benchmarks.what_if import fold_application_budget  # noqa: E402
 from tests.argo.argo_tools import run_scenario  # noqa: E402
 from tests.compiler.test_argo_controller import strip_artifacts  # noqa: E402
 
@@ -99,11 +102,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--baseline", type=Path, action="append", default=[])
+    parser.add_argument("--folded", action="store_true",
+                        help="add the application budget folded into one retryStrategy")
     args = parser.parse_args()
     forms: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, str]]] = {
         "minimal": (minimal(), MINIMAL_FATES, ("snapshot", "max-depth")),
         "durapipe": (compiled_by(REPO), DURAPIPE_FATES, ("snapshot", "max_depth")),
     }
+    if args.folded:
+        forms["durapipe-folded"] = (fold_application_budget(forms["durapipe"][0]),
+                                    DURAPIPE_FATES, ("snapshot", "max_depth"))
     for checkout in args.baseline:
         forms[f"durapipe@{checkout}"] = (compiled_by(checkout.resolve()), DURAPIPE_FATES,
                                          ("snapshot", "max_depth"))

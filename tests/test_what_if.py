@@ -1,0 +1,61 @@
+"""benchmarks/what_if.py folds durapipe's compiled fleet pipeline as its docstring says. The
+fold works on the compiler's template and task names: a renamed one, or a kept task still
+reading one that is gone, must fail here rather than in a half-hour benchmark run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from benchmarks.fleet_scale import FLEET_PIPELINE
+from benchmarks.what_if import FOLDED_LIMIT, fold_application_budget
+from durapipe.compiler import CompileOptions, compile_pipeline
+from durapipe.dsl.load import loads
+
+
+def fleet_workflow() -> dict[str, Any]:
+    loaded = loads(FLEET_PIPELINE, "fleet.pipe")
+    assert loaded.ok, loaded.diagnostics
+    result = compile_pipeline(loaded.pipeline, CompileOptions())
+    assert result.ok
+    workflow: dict[str, Any] = next(d for d in result.documents if d["kind"] == "Workflow")
+    return workflow
+
+
+def dag_tasks(workflow: dict[str, Any]) -> dict[str, list[str]]:
+    return {t["name"]: [task["name"] for task in t["dag"]["tasks"]]
+            for t in workflow["spec"]["templates"] if "dag" in t}
+
+
+def test_the_fold_keeps_one_task_per_stage_and_trains_fallback() -> None:
+    workflow = fleet_workflow()
+    untouched = copy.deepcopy(workflow)
+    folded = fold_application_budget(workflow)
+    assert workflow == untouched
+    tasks = dag_tasks(folded)
+    assert tasks["prep"] == ["prep-app-0"]
+    assert tasks["eval"] == ["eval-app-0"]
+    assert tasks["train"] == ["train-h100", "train-a100-80gb-app-0", "train-done"]
+
+
+def test_every_pod_task_retries_an_application_failure_and_a_preemption() -> None:
+    folded = fold_application_budget(fleet_workflow())
+    templates = {t["name"]: t for t in folded["spec"]["templates"]}
+    for name in ("prep-pod", "train-h100", "train-pod", "eval-pod"):
+        retry = templates[name]["retryStrategy"]
+        assert retry["limit"] == FOLDED_LIMIT, name
+        assert retry["expression"].startswith("lastRetry.exitCode == '1' || "), name
+        assert "durapipe-verdict:preempted" in retry["expression"], name
+
+
+def test_no_kept_task_or_output_reads_a_task_the_fold_removed() -> None:
+    workflow = fleet_workflow()
+    folded = fold_application_budget(workflow)
+    kept = {task for names in dag_tasks(folded).values() for task in names}
+    removed = {task for names in dag_tasks(workflow).values() for task in names} - kept
+    assert removed, "the fold removed no task"
+    text = json.dumps(folded)
+    for task in sorted(removed):
+        for reference in (f"'{task}'", f"tasks.{task}.", f"{task}.Succeeded", f"{task}.Failed"):
+            assert reference not in text, f"{reference} still read after the fold"
