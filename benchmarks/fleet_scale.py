@@ -222,6 +222,7 @@ def forms(out: Path) -> dict[str, Form]:
         compiled[kind] = [d for f in sorted(target.iterdir()) if f.suffix == ".yaml"
                           for d in yaml.safe_load_all(f.read_text()) if d]
     inline = next(d for d in compiled["workflow"] if d["kind"] == "Workflow")
+    inline_setup = [d for d in compiled["workflow"] if d["kind"] != "Workflow"]
     template = next(d for d in compiled["template"] if d["kind"] == "WorkflowTemplate")
     minimal_template = {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate",
                         "metadata": {"name": "fleet-minimal", "namespace": MINIMAL_NS},
@@ -252,15 +253,14 @@ def forms(out: Path) -> dict[str, Form]:
 
     return {
         "minimal": Form("minimal", MINIMAL_NS, "fleet-m-", minimal_workflow),
-        "durapipe": Form("durapipe", DURAPIPE_NS, "fleet-d-", durapipe_inline,
-                         [d for d in compiled["workflow"] if d["kind"] != "Workflow"]),
+        "durapipe": Form("durapipe", DURAPIPE_NS, "fleet-d-", durapipe_inline, inline_setup),
         "minimal-tmpl": Form("minimal-tmpl", MINIMAL_NS, "fleet-mt-",
                              ref("fleet-mt-", MINIMAL_NS, "fleet-minimal"), [minimal_template]),
         "durapipe-tmpl": Form("durapipe-tmpl", DURAPIPE_NS, "fleet-dt-",
                               ref("fleet-dt-", DURAPIPE_NS, template["metadata"]["name"]),
                               compiled["template"]),
         "durapipe-folded": Form("durapipe-folded", DURAPIPE_NS, "fleet-df-", durapipe_folded,
-                                [d for d in compiled["workflow"] if d["kind"] != "Workflow"]),
+                                inline_setup),
     }
 
 

@@ -18,12 +18,21 @@ KeyError names the one that changed).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 #: Tries per pod task: the fleet pipeline's 1 application retry and 2 preemptions.
 FOLDED_LIMIT = "3"
 #: What the application retry waits: the fleet pipeline's backoff.
 FOLDED_BACKOFF = "10s"
+
+
+def read_parameters_by(outputs: dict[str, Any], expression: Callable[[str], str]) -> None:
+    """Point every output parameter a stage's DAG selects from its tasks at ``expression``
+    of the parameter's name (what a stage passes through from its inputs stays)."""
+    for param in outputs["parameters"]:
+        if "tasks[" in param["valueFrom"].get("expression", ""):
+            param["valueFrom"] = {"expression": expression(param["name"])}
 
 
 def fold_application_budget(workflow: dict[str, Any]) -> dict[str, Any]:
@@ -43,13 +52,11 @@ def fold_application_budget(workflow: dict[str, Any]) -> dict[str, Any]:
             if param["name"] == "preempted-before":
                 param["value"] = "0"
         outputs = templates[stage]["outputs"]
-        for param in outputs["parameters"]:
-            if "tasks[" in param["valueFrom"].get("expression", ""):
-                param["valueFrom"] = {"expression": f"tasks['{first['name']}']"
-                                                    f".outputs.parameters['{param['name']}']"}
+        task = first["name"]
+        read_parameters_by(outputs, lambda name: f"tasks['{task}'].outputs.parameters['{name}']")
         for artifact in outputs.get("artifacts", []):
             artifact.pop("fromExpression", None)
-            artifact["from"] = f"{{{{tasks.{first['name']}.outputs.artifacts.{artifact['name']}}}}}"
+            artifact["from"] = f"{{{{tasks.{task}.outputs.artifacts.{artifact['name']}}}}}"
         templates[f"{stage}-pod"]["retryStrategy"] = copy.deepcopy(retry)
 
     probe, fallback, join = "train-h100", "train-a100-80gb-app-0", "train-done"
@@ -65,9 +72,7 @@ def fold_application_budget(workflow: dict[str, Any]) -> dict[str, Any]:
                 f": tasks['{fallback}'].outputs.{what}")
 
     outputs = templates["train"]["outputs"]
-    for param in outputs["parameters"]:
-        if "tasks[" in param["valueFrom"].get("expression", ""):
-            param["valueFrom"] = {"expression": either(f"parameters['{param['name']}']")}
+    read_parameters_by(outputs, lambda name: either(f"parameters['{name}']"))
     for artifact in outputs.get("artifacts", []):
         artifact.pop("from", None)
         artifact["fromExpression"] = either(f"artifacts['{artifact['name']}']")
