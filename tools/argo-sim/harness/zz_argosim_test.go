@@ -155,10 +155,12 @@ func minutesSince(origin, t metav1.Time) *float64 {
 }
 
 type runReport struct {
-	Workflow   string  `json:"workflow"`
-	Phase      string  `json:"phase"`
-	Message    string  `json:"message,omitempty"`
-	Steps      int     `json:"steps"`
+	Workflow string `json:"workflow"`
+	Phase    string `json:"phase"`
+	Message  string `json:"message,omitempty"`
+	Steps    int    `json:"steps"`
+	// From the workflow's start to its end (or to now, unended), on the controller's clock:
+	// the simulated time spent and the real time the steps took, which pods' times count too.
 	SimMinutes float64 `json:"simMinutes"`
 	// Patches the controller sent to this run's pods (labelling a completed pod, removing a
 	// finalizer): a completed pod is labelled once, so this stays near the number of pods.
@@ -483,6 +485,8 @@ func deadlineLeft(p *apiv1.Pod) (time.Duration, bool) {
 func (s *simulator) exceedDeadline(sp *simPod, p *apiv1.Pod) {
 	code := int32(143)
 	sp.deadlineExceeded = true
+	// The wait that ended is the deadline's, not the outcome's.
+	sp.due = p.Status.StartTime.Add(time.Duration(*p.Spec.ActiveDeadlineSeconds) * time.Second)
 	s.stop(sp, p, simOutcome{Outcome: "deadline", ExitCode: &code, Message: sp.outcome.termMessage()})
 }
 
@@ -506,7 +510,16 @@ func (s *simulator) stop(sp *simPod, p *apiv1.Pod, o simOutcome) {
 		s.finish(sp, p, o)
 		return
 	}
-	sp.terminating, sp.stopped, sp.due = true, o, time.Now().Add(term)
+	sp.terminating, sp.stopped, sp.due = true, o, sp.at().Add(term)
+}
+
+// at is when the event the kubelet plays now happened: the end of the pod's wait, where one
+// has ended (the harness notices it a step's real time later, which Argo would count), else now.
+func (sp *simPod) at() metav1.Time {
+	if !sp.due.IsZero() && !sp.due.After(time.Now()) {
+		return metav1.NewTime(sp.due)
+	}
+	return metav1.Now()
 }
 
 // left is how long the pod's current wait has to run (zero or less: due).
@@ -652,7 +665,7 @@ func waitFailedIf(p *apiv1.Pod, failed bool) {
 
 // finish applies a terminal outcome to a running pod.
 func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
-	now := metav1.Now()
+	now := sp.at()
 	switch o.Outcome {
 	case "succeeded":
 		s.publishOutputs(sp, p, o, wfv1.NodeSucceeded)
@@ -743,8 +756,9 @@ func (s *simulator) finish(sp *simPod, p *apiv1.Pod, o simOutcome) {
 	s.updatePod(p)
 }
 
-// kubelet advances every pod one stage. It reports whether anything changed and the
-// shortest simulated wait that a pod still has (run time or pending time).
+// kubelet advances every pod one stage. It reports whether anything changed, the shortest
+// simulated wait that a pod still has (run time, pending time or time to its deadline), and
+// whether that wait ends at a pod's activeDeadlineSeconds.
 func (s *simulator) kubelet() (changed bool, wait time.Duration, deadlineDue bool) {
 	pods := s.listPods()
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
@@ -809,7 +823,7 @@ func (s *simulator) kubelet() (changed bool, wait time.Duration, deadlineDue boo
 			// before the harness gets here (many on a loaded machine) would otherwise count
 			// against its activeDeadlineSeconds and the workflow's deadline but not its
 			// outcome, and a pod due a second before its deadline would miss it.
-			start := now
+			start := sp.at() // after a pending spell: when the spell ended
 			if !sp.pended && !p.CreationTimestamp.IsZero() {
 				start = p.CreationTimestamp
 			}
@@ -853,11 +867,13 @@ func (s *simulator) kubelet() (changed bool, wait time.Duration, deadlineDue boo
 					changed = true
 					continue
 				}
-				if waitLeft > 0 && (wait == 0 || left < wait) {
-					wait = left // the clock stops at the deadline, as it does at a pod's end
-				}
-				if waitLeft > 0 && (nearestDeadline == 0 || left < nearestDeadline) {
-					nearestDeadline = left
+				if waitLeft > 0 {
+					if wait == 0 || left < wait {
+						wait = left // the clock stops at the deadline, as it does at a pod's end
+					}
+					if nearestDeadline == 0 || left < nearestDeadline {
+						nearestDeadline = left
+					}
 				}
 			}
 			if waitLeft > 0 {
@@ -904,8 +920,16 @@ func (s *simulator) spend(d time.Duration) {
 }
 
 func (s *simulator) report() runReport {
+	end := s.wf.Status.FinishedAt
+	if end.IsZero() {
+		end = metav1.Now()
+	}
+	simMinutes := s.elapsed.Minutes()
+	if m := minutesSince(s.wf.Status.StartedAt, end); m != nil {
+		simMinutes = *m
+	}
 	r := runReport{Workflow: s.wf.Name, Phase: string(s.wf.Status.Phase), Message: s.wf.Status.Message,
-		Steps: s.steps, SimMinutes: s.elapsed.Minutes(),
+		Steps: s.steps, SimMinutes: simMinutes,
 		PodPatches: controllerPodPatches.Load() - s.patchesAtStart, OperateSeconds: s.operateTime.Seconds()}
 	byNode := map[string]*simPod{}
 	for _, sp := range s.pods {
