@@ -21,7 +21,9 @@ submits N runs at once and waits until every run has ended. The forms:
   copies the template's spec into every such run's status, so each is compared in kind;
 - ``durapipe-folded`` (only when named): the ``durapipe`` form with each stage's application
   budget folded into one ``retryStrategy`` (benchmarks/what_if.py), a lowering durapipe does
-  not have: what building it could save, at most.
+  not have: what building it could save, at most; likewise ``durapipe-<name>`` for every
+  other name in what_if's ``WHAT_IFS`` (``durapipe-floor``: the least any lowering of the same
+  features could cost).
 
 The same fates for all: train's first pod of every run fails (exit 1), every other pod
 succeeds after 2 s (train: 5 s). Every run has its own ``snapshot`` param, so every run misses
@@ -71,7 +73,7 @@ import yaml  # noqa: E402
 from e2e.cluster import ARGO_NAMESPACE, Cluster, build_binaries  # noqa: E402
 from e2e.nodes import node, spot_labels  # noqa: E402
 
-from benchmarks.what_if import fold_application_budget  # noqa: E402
+from benchmarks.what_if import WHAT_IFS  # noqa: E402
 
 DIGEST = "198657d88e13664112ad27589506b9048bbab9027442726be0daca1290e2157f"
 IMAGE = f"ghcr.io/acme/churn:4.1.0@sha256:{DIGEST}"
@@ -246,11 +248,16 @@ def forms(out: Path) -> dict[str, Form]:
             "metadata": {"generateName": prefix, "namespace": ns},
             "spec": {"workflowTemplateRef": {"name": name}, "arguments": args(snapshot)}}
 
-    def durapipe_folded(snapshot: str) -> dict[str, Any]:
-        wf = fold_application_budget(durapipe_inline(snapshot))
-        wf["metadata"]["generateName"] = "fleet-df-"
-        return wf
+    def rewritten(what_if: str, prefix: str) -> Callable[[str], dict[str, Any]]:
+        def workflow(snapshot: str) -> dict[str, Any]:
+            wf = WHAT_IFS[what_if](durapipe_inline(snapshot))
+            wf["metadata"]["generateName"] = prefix
+            return wf
+        return workflow
 
+    # fleet-df- kept for the fold, as the runs recorded in docs/performance.md were named.
+    prefixes = {name: "fleet-df-" if name == "folded" else f"fleet-w{index}-"
+                for index, name in enumerate(WHAT_IFS)}
     return {
         "minimal": Form("minimal", MINIMAL_NS, "fleet-m-", minimal_workflow),
         "durapipe": Form("durapipe", DURAPIPE_NS, "fleet-d-", durapipe_inline, inline_setup),
@@ -259,8 +266,9 @@ def forms(out: Path) -> dict[str, Form]:
         "durapipe-tmpl": Form("durapipe-tmpl", DURAPIPE_NS, "fleet-dt-",
                               ref("fleet-dt-", DURAPIPE_NS, template["metadata"]["name"]),
                               compiled["template"]),
-        "durapipe-folded": Form("durapipe-folded", DURAPIPE_NS, "fleet-df-", durapipe_folded,
-                                inline_setup),
+        **{f"durapipe-{name}": Form(f"durapipe-{name}", DURAPIPE_NS, prefix,
+                                    rewritten(name, prefix), inline_setup)
+           for name, prefix in prefixes.items()},
     }
 
 

@@ -20,8 +20,9 @@ milliseconds per run, and the ratio to the minimal form measured in the same rou
 
 ``--baseline DIR`` adds the output of the durapipe checkout in ``DIR`` (compiled with
 ``PYTHONPATH=DIR``), e.g. a ``git worktree`` of an earlier commit, to compare a change.
-``--folded`` adds durapipe's output with each stage's application budget folded into one
-``retryStrategy`` (benchmarks/what_if.py): a lowering not built, measured as an upper bound.
+``--what-if NAME`` (repeatable) adds durapipe's output rewritten by one of
+benchmarks/what_if.py's ``WHAT_IFS``: lowerings not built, measured as bounds. ``--folded`` is
+``--what-if folded``: each stage's application budget folded into one ``retryStrategy``.
 
 Needs Go and ../shared (as tests/argo). Not a test and not part of CI.
 """
@@ -44,7 +45,7 @@ sys.path[:0] = [str(REPO)]
 import yaml  # noqa: E402
 
 from benchmarks.fleet_scale import FLEET_PIPELINE, minimal_workflow  # noqa: E402
-from benchmarks.what_if import fold_application_budget  # noqa: E402
+from benchmarks.what_if import WHAT_IFS  # noqa: E402
 from tests.argo.argo_tools import run_scenario  # noqa: E402
 from tests.compiler.test_argo_controller import strip_artifacts  # noqa: E402
 
@@ -104,14 +105,16 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, action="append", default=[])
     parser.add_argument("--folded", action="store_true",
                         help="add the application budget folded into one retryStrategy")
+    parser.add_argument("--what-if", action="append", default=[], choices=sorted(WHAT_IFS),
+                        help="add durapipe's output rewritten by this what-if")
     args = parser.parse_args()
     forms: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, str]]] = {
         "minimal": (minimal(), MINIMAL_FATES, ("snapshot", "max-depth")),
         "durapipe": (compiled_by(REPO), DURAPIPE_FATES, ("snapshot", "max_depth")),
     }
-    if args.folded:
-        forms["durapipe-folded"] = (fold_application_budget(forms["durapipe"][0]),
-                                    DURAPIPE_FATES, ("snapshot", "max_depth"))
+    for what_if in (["folded"] if args.folded else []) + args.what_if:
+        forms[f"durapipe-{what_if}"] = (WHAT_IFS[what_if](forms["durapipe"][0]),
+                                        DURAPIPE_FATES, ("snapshot", "max_depth"))
     for checkout in args.baseline:
         forms[f"durapipe@{checkout}"] = (compiled_by(checkout.resolve()), DURAPIPE_FATES,
                                          ("snapshot", "max_depth"))

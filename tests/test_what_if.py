@@ -9,7 +9,9 @@ import json
 from typing import Any
 
 from benchmarks.fleet_scale import FLEET_PIPELINE
-from benchmarks.what_if import FOLDED_LIMIT, fold_application_budget
+import pytest
+
+from benchmarks.what_if import FOLDED_LIMIT, KEY_PARAMETER, WHAT_IFS, fold_application_budget
 from durapipe.compiler import CompileOptions, compile_pipeline
 from durapipe.dsl.load import loads
 
@@ -59,3 +61,29 @@ def test_no_kept_task_or_output_reads_a_task_the_fold_removed() -> None:
     for task in sorted(removed):
         for reference in (f"'{task}'", f"tasks.{task}.", f"{task}.Succeeded", f"{task}.Failed"):
             assert reference not in text, f"{reference} still read after the fold"
+
+
+@pytest.mark.parametrize("what_if", sorted(WHAT_IFS))
+def test_a_what_if_leaves_the_compiled_workflow_as_it_was(what_if: str) -> None:
+    workflow = fleet_workflow()
+    untouched = copy.deepcopy(workflow)
+    WHAT_IFS[what_if](workflow)
+    assert workflow == untouched
+
+
+def test_the_floor_carries_nothing_between_tasks_and_evaluates_each_key_in_one_place() -> None:
+    folded = fold_application_budget(fleet_workflow())
+    floor = WHAT_IFS["floor"](fleet_workflow())
+    text = json.dumps(floor)
+    for carried in ("preempted-before", "'preempted'", "inputs.parameters.attempt"):
+        assert carried not in text, carried
+    templates = {t["name"]: t for t in floor["spec"]["templates"]}
+    main = {task["name"]: task for task in templates["main"]["dag"]["tasks"]}
+    assert main["eval"]["template"] == "eval-pod" and "eval" not in templates
+    for stage in ("prep", "train"):
+        assert "dag" in templates[stage], f"{stage} is memoized: it keeps its DAG"
+        assert templates[stage]["memoize"]["key"] == f"{{{{inputs.parameters.{KEY_PARAMETER}}}}}"
+        key = next(p["value"] for p in main[stage]["arguments"]["parameters"]
+                   if p["name"] == KEY_PARAMETER)
+        assert key.startswith("{{=sprig.sha256sum(")
+    assert text.count("{{=") < json.dumps(folded).count("{{=")
