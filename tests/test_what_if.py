@@ -87,3 +87,19 @@ def test_the_floor_carries_nothing_between_tasks_and_evaluates_each_key_in_one_p
                    if p["name"] == KEY_PARAMETER)
         assert key.startswith("{{=sprig.sha256sum(")
     assert text.count("{{=") < json.dumps(folded).count("{{=")
+
+
+def test_the_fleet_benchmark_offers_every_what_if_under_its_own_workflow_prefix(
+        tmp_path: Any) -> None:
+    # The fate watcher tells the forms' runs apart by generateName: two forms sharing a prefix
+    # would play one form's fates on the other's pods.
+    from benchmarks.fleet_scale import forms
+
+    offered = forms(tmp_path)
+    prefixes = [form.prefix for form in offered.values()]
+    assert len(set(prefixes)) == len(prefixes), prefixes
+    for name in WHAT_IFS:
+        form = offered[f"durapipe-{name}"]
+        workflow = form.workflow("s1")
+        assert workflow["metadata"]["generateName"] == form.prefix
+        assert {"name": "snapshot", "value": "s1"} in workflow["spec"]["arguments"]["parameters"]
