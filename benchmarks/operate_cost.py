@@ -24,6 +24,11 @@ milliseconds per run, and the ratio to the minimal form measured in the same rou
 benchmarks/what_if.py's ``WHAT_IFS``: lowerings not built, measured as bounds. ``--folded`` is
 ``--what-if folded``: each stage's application budget folded into one ``retryStrategy``.
 
+``--argo-patch DIFF`` measures every form a second time on Argo's controller with a unified
+diff applied (paths relative to Argo's module, as in benchmarks/argo-patches/): what an
+upstream change to Argo would do to each form, each ratio still to the minimal form on the
+same controller.
+
 Needs Go and ../shared (as tests/argo). Not a test and not part of CI.
 """
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +52,7 @@ import yaml  # noqa: E402
 
 from benchmarks.fleet_scale import FLEET_PIPELINE, minimal_workflow  # noqa: E402
 from benchmarks.what_if import WHAT_IFS  # noqa: E402
+from tests.argo import argo_tools  # noqa: E402
 from tests.argo.argo_tools import run_scenario  # noqa: E402
 from tests.compiler.test_argo_controller import strip_artifacts  # noqa: E402
 
@@ -82,20 +89,42 @@ def minimal() -> dict[str, Any]:
 
 
 def operate_ms_per_run(workflow: dict[str, Any], fates: dict[str, Any], runs: int,
-                       params: tuple[str, str]) -> float:
+                       params: tuple[str, str], binary: Path | None = None) -> float:
     """``operate`` milliseconds per run over ``runs`` runs of ``workflow``, each with its own
     values of the two params ``params`` names (snapshot, depth)."""
     snapshot, depth = params
     report = run_scenario({
         "name": "operate-cost", "workflow": workflow, "expect": {},
         "runs": [{"parameters": {snapshot: f"s{i}", depth: str(i)}, "attempts": fates}
-                 for i in range(runs)]}, timeout=1800)
+                 for i in range(runs)]}, timeout=1800, binary=binary)
     if report.get("error"):
         raise SystemExit(f"the harness failed: {report['error']}")
     phases = {r["phase"] for r in report["runs"]}
     if phases != {"Succeeded"}:
         raise SystemExit(f"runs ended {sorted(phases)}, not all Succeeded")
     return 1000 * sum(r["operateSeconds"] for r in report["runs"]) / runs
+
+
+def build_patched_argo_sim(diff: Path, out: Path) -> Path:
+    """argo-sim built as tests/argo builds it, with the Argo files ``diff`` names patched: each
+    is copied out of the read-only module, patched there and overlaid, so nothing is edited."""
+    tool_dir = REPO / "tools" / "argo-sim"
+    argo_dir = argo_tools.go_module_dir(tool_dir)
+    replace = {str(argo_dir / pkg / f.name): str(f)
+               for src, pkg in argo_tools.OVERLAYS.items()
+               for f in sorted((tool_dir / src).glob("*.go"))}
+    for name in sorted(set(re.findall(r"^\+\+\+ (\S+)", diff.read_text(), re.M))):
+        patched = out / name
+        patched.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["patch", "--quiet", "-o", str(patched), str(argo_dir / name)],
+                       input=diff.read_bytes(), check=True)
+        replace[str(argo_dir / name)] = str(patched)
+    (out / "overlay.json").write_text(json.dumps({"Replace": replace}))
+    binary = out / "argo-sim"
+    subprocess.run(["go", "test", "-c", "-vet=off", "-overlay", str(out / "overlay.json"),
+                    "-o", str(binary), argo_tools.CONTROLLER_PKG], cwd=tool_dir,
+                   env={**argo_tools._go_env(), "GOWORK": "off"}, check=True)
+    return binary
 
 
 def main() -> None:
@@ -107,6 +136,8 @@ def main() -> None:
                         help="add the application budget folded into one retryStrategy")
     parser.add_argument("--what-if", action="append", default=[], choices=sorted(WHAT_IFS),
                         help="add durapipe's output rewritten by this what-if")
+    parser.add_argument("--argo-patch", type=Path, default=None, metavar="DIFF",
+                        help="also measure every form on Argo's controller with DIFF applied")
     args = parser.parse_args()
     forms: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, str]]] = {
         "minimal": (minimal(), MINIMAL_FATES, ("snapshot", "max-depth")),
@@ -118,24 +149,32 @@ def main() -> None:
     for checkout in args.baseline:
         forms[f"durapipe@{checkout}"] = (compiled_by(checkout.resolve()), DURAPIPE_FATES,
                                          ("snapshot", "max_depth"))
-    samples: dict[str, list[float]] = {name: [] for name in forms}
-    ratios: dict[str, list[float]] = {name: [] for name in forms}
+    controllers = {"": argo_tools.build_argo_sim()}
+    if args.argo_patch:
+        patched_dir = Path(tempfile.mkdtemp(prefix="operate-cost-argo-"))
+        controllers["@patched"] = build_patched_argo_sim(args.argo_patch.resolve(), patched_dir)
+    names = [name + suffix for suffix in controllers for name in forms]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(args.rounds):
-        measured = {name: operate_ms_per_run(wf, fates, args.runs, params)
-                    for name, (wf, fates, params) in forms.items()}
-        for name, value in measured.items():
-            samples[name].append(value)
-            ratios[name].append(value / measured["minimal"])
+        measured: dict[str, float] = {}
+        for suffix, binary in controllers.items():
+            on_this = {name: operate_ms_per_run(wf, fates, args.runs, params, binary)
+                       for name, (wf, fates, params) in forms.items()}
+            for name, value in on_this.items():
+                measured[name + suffix] = value
+                samples[name + suffix].append(value)
+                ratios[name + suffix].append(value / on_this["minimal"])
         print(f"round {round_index + 1}: " + ", ".join(
             f"{name} {value:.1f}" for name, value in measured.items()), flush=True)
     print(f"\noperate ms per run, median of {args.rounds} rounds of {args.runs} runs "
           "(ratio: to minimal within each round, median)")
-    for name in forms:
-        print(f"  {name:<40} {statistics.median(samples[name]):8.1f} ms   "
+    for name in names:
+        print(f"  {name:<48} {statistics.median(samples[name]):8.1f} ms   "
               f"{statistics.median(ratios[name]):5.2f}x")
     print(json.dumps({name: {"ms_per_run": statistics.median(samples[name]),
                              "ratio_to_minimal": statistics.median(ratios[name])}
-                      for name in forms}))
+                      for name in names}))
 
 
 if __name__ == "__main__":

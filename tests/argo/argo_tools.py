@@ -279,14 +279,16 @@ INFORMER_LAGS = {"prompt-informer": "", "lagging-informer": "5ms"}
 
 
 def run_scenario(
-    scenario: dict[str, Any], timeout: float = 300, informer_lag: str = ""
+    scenario: dict[str, Any], timeout: float = 300, informer_lag: str = "",
+    binary: Path | None = None,
 ) -> dict[str, Any]:
     """Run one scenario (see tests/argo/scenarios/) through Argo's controller; return its report.
 
     ``timeout`` bounds the run in wall-clock seconds (large workflows need more).
     ``informer_lag`` (a Go duration, e.g. ``"5ms"``) delays every pod event the controller's
-    informer receives, as a loaded machine does; a scenario's result must not depend on it."""
-    binary = build_argo_sim()
+    informer receives, as a loaded machine does; a scenario's result must not depend on it.
+    ``binary``: another build of argo-sim (benchmarks/operate_cost.py's patched Argo)."""
+    binary = binary or build_argo_sim()
     with tempfile.TemporaryDirectory(prefix="argosim-") as tmp:
         inp = Path(tmp) / "in.json"
         out = Path(tmp) / "out.json"
