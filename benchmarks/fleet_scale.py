@@ -2,6 +2,7 @@
 
     python benchmarks/fleet_scale.py [--nodes 1000] [--sizes 100,200] [--profile SECONDS]
         [--forms minimal,durapipe,minimal-tmpl,durapipe-tmpl] [--state DIR] [--json FILE]
+        [--operations]
 
 Starts the e2e control plane (tests/e2e/cluster.py: etcd, API server, scheduler,
 controller-manager, Argo v4.1.2's workflow-controller, KWOK) with ``--nodes`` KWOK nodes of the
@@ -41,7 +42,11 @@ and 95th percentile. Then the ratios durapipe / minimal per pipeline (goal: cont
 linear). Last, the memoization ConfigMaps in Argo's namespace (entries, bytes, bytes per
 entry, how many fit in the API server's 1 MiB) and where 10,000 entries of this pipeline land.
 ``--profile S`` also saves a CPU profile of the controller over the first S seconds of each
-phase (``go tool pprof -top BIN FILE``).
+phase (``go tool pprof -top BIN FILE``). After each phase its runs and their pods are deleted
+and the next phase waits until they are gone (Argo's informer would hold them: a later phase
+would pay for an earlier one's objects). ``--operations`` turns Argo's own metrics on and adds
+how many times ``operate`` ran per pipeline and its seconds (wall): whether a form's CPU per
+run grows with N because each pass costs more or because there are more passes.
 
 Needs Go, kubectl, openssl, the ``kubernetes`` client and ../shared (as tests/e2e). Not a test
 and not part of CI: about 30 minutes on a 2-core machine with the defaults.
@@ -297,11 +302,24 @@ def metric_total(text: str, name: str) -> float:
     return sum(plain) + sum(v for _, v in metric_samples(text, name))
 
 
+def operation_metric(text: str, part: str) -> float:
+    """The ``_count`` or ``_sum`` of Argo's ``operation_duration_seconds`` histogram: how many
+    times ``operate`` ran, and the seconds it took (wall, not CPU)."""
+    suffix = f"operation_duration_seconds_{part}"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if not line.startswith("#") and line.split("{")[0].split(" ")[0].endswith(suffix))
+
+
+METRICS_PORT = 9090
+METRICS_ON = f"enabled: true\nport: {METRICS_PORT}\nsecure: false\n"
+
+
 class Probe:
     """Counters of the control plane, read before and after a phase."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, controller_metrics: str = "") -> None:
         self.cluster = cluster
+        self.controller_metrics = controller_metrics
         self.pids = {p.name: p.popen.pid for p in cluster.procs}
         etcd = next(p for p in cluster.procs if p.name == "etcd")
         url = next(a for a in etcd.popen.args if str(a).startswith("--listen-client-urls="))
@@ -318,7 +336,13 @@ class Probe:
                     labels.get("code", "").startswith("2"):
                 sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
                 writes[f"{labels['verb']} {labels.get('resource', '?')}{sub}"] += int(value)
+        operations = {}
+        if self.controller_metrics:
+            text = urllib.request.urlopen(self.controller_metrics, timeout=10).read().decode()
+            operations = {"operates": operation_metric(text, "count"),
+                          "operate_seconds": operation_metric(text, "sum")}
         return {
+            **operations,
             "cpu": {name: cpu_seconds(pid) for name, pid in self.pids.items()
                     if Path(f"/proc/{pid}").exists()},
             "writes": writes,
@@ -445,7 +469,26 @@ def run_phase(cluster: Cluster, probe: Probe, form: Form, n: int) -> dict[str, A
         "latency_median": statistics.median(lat) if lat else float("nan"),
         "latency_p95": lat[int(0.95 * (len(lat) - 1))] if lat else float("nan"),
         "latency_samples": len(lat),
+        **{k: after[k] - before[k] for k in ("operates", "operate_seconds") if k in after},
     }
+
+
+def clear_phase(cluster: Cluster, namespace: str) -> None:
+    """Delete a phase's runs and wait until they and their pods are gone, so that every phase
+    starts from the same state: Argo's informer holds every Workflow it can see, and each one
+    left over adds to the heap its garbage collector walks in the next phase (the runs of
+    2026-12-06/07 kept them, so a later phase paid for the earlier ones)."""
+    cluster.kubectl("delete", "workflows", "--all", "-n", namespace, "--wait=false")
+    deadline = time.monotonic() + 600
+    while True:
+        left = [cluster.kubectl("get", kind, "-n", namespace, "-o", "name").stdout.split()
+                for kind in ("workflows", "pods")]
+        if not any(left):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{namespace}: {sum(map(len, left))} objects left after 10 minutes")
+        time.sleep(3)
+    time.sleep(10)  # the controller's last reactions to the deletes land before the next phase
 
 
 def memo_configmaps(cluster: Cluster) -> list[dict[str, Any]]:
@@ -515,6 +558,7 @@ def report(results: list[dict[str, Any]], memo: list[dict[str, Any]],
            projection: dict[str, Any]) -> None:
     cols = ["controller_cpu", "apiserver_cpu", "etcd_cpu", "api_writes", "creates", "pods",
             "etcd_bytes", "etcd_puts", "workflow_bytes"]
+    cols += [c for c in ("operates", "operate_seconds") if all(c in r for r in results)]
     print("\nper pipeline (totals / N):")
     print(f"{'form':13} {'N':>4} " + " ".join(f"{c:>14}" for c in cols)
           + f" {'seconds':>8} {'lat p50':>8} {'lat p95':>8}")
@@ -601,6 +645,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                     help="take a CPU profile of Argo's controller over the first SECONDS of "
                          "each phase, as <state>/<form>-<N>.pprof (`go tool pprof -top`)")
+    ap.add_argument("--operations", action="store_true",
+                    help="turn Argo's metrics on (port 9090, every interface: for a machine of "
+                         "its own) and report how many times operate ran per pipeline")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -615,7 +662,9 @@ def main() -> None:
     bins = build_binaries()
     state = args.state or Path(tempfile.mkdtemp(prefix="fleet-"))
     cluster = Cluster.start(state, bins, controller_env={"ARGO_PPROF": "true"}
-                            if args.profile else None)
+                            if args.profile else None,
+                            controller_config={"metricsConfig": METRICS_ON}
+                            if args.operations else None)
     watcher = FateWatcher(str(cluster.kubeconfig), spot_labels=spot_labels())
     try:
         t0 = time.monotonic()
@@ -634,7 +683,8 @@ def main() -> None:
             cluster.ensure_namespace(form.namespace)
             if form.setup:
                 cluster.apply(form.setup)
-        probe = Probe(cluster)
+        probe = Probe(cluster, f"http://127.0.0.1:{METRICS_PORT}/metrics"
+                      if args.operations else "")
         idle = probe.read()
         time.sleep(30)
         idle2 = probe.read()
@@ -655,6 +705,7 @@ def main() -> None:
                       f"{r['seconds']:.0f} s, controller {r['controller_cpu']:.1f} CPU s, "
                       f"{r['pods']} pods", flush=True)
                 results.append(r)
+                clear_phase(cluster, form.namespace)
         memo = memo_configmaps(cluster)
         projection = memo_projection(forms(state)["durapipe-tmpl"].setup, cluster)
         report(results, memo, projection)

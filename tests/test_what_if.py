@@ -1,6 +1,8 @@
 """benchmarks/what_if.py folds durapipe's compiled fleet pipeline as its docstring says. The
 fold works on the compiler's template and task names: a renamed one, or a kept task still
-reading one that is gone, must fail here rather than in a half-hour benchmark run."""
+reading one that is gone, must fail here rather than in a half-hour benchmark run. The fleet benchmark's helpers the
+what-ifs run through (their workflow prefixes, its count of Argo's operates) are checked here
+for the same reason."""
 
 from __future__ import annotations
 
@@ -103,3 +105,18 @@ def test_the_fleet_benchmark_offers_every_what_if_under_its_own_workflow_prefix(
         workflow = form.workflow("s1")
         assert workflow["metadata"]["generateName"] == form.prefix
         assert {"name": "snapshot", "value": "s1"} in workflow["spec"]["arguments"]["parameters"]
+
+
+def test_the_fleet_benchmark_reads_how_often_argo_operated_from_its_histogram() -> None:
+    from benchmarks.fleet_scale import operation_metric
+
+    text = "\n".join([
+        "# HELP argo_workflows_operation_duration_seconds A histogram",
+        "# TYPE argo_workflows_operation_duration_seconds histogram",
+        'argo_workflows_operation_duration_seconds_bucket{le="5"} 600',
+        "argo_workflows_operation_duration_seconds_sum 12.5",
+        "argo_workflows_operation_duration_seconds_count 600",
+        "argo_workflows_other_count 7",
+    ])
+    assert operation_metric(text, "count") == 600
+    assert operation_metric(text, "sum") == 12.5
