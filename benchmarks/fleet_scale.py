@@ -303,11 +303,9 @@ def metric_total(text: str, name: str) -> float:
 
 
 def operation_metric(text: str, part: str) -> float:
-    """The ``_count`` or ``_sum`` of Argo's ``operation_duration_seconds`` histogram: how many
+    """The ``count`` or ``sum`` of Argo's ``operation_duration_seconds`` histogram: how many
     times ``operate`` ran, and the seconds it took (wall, not CPU)."""
-    suffix = f"operation_duration_seconds_{part}"
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if not line.startswith("#") and line.split("{")[0].split(" ")[0].endswith(suffix))
+    return metric_total(text, f"argo_workflows_operation_duration_seconds_{part}")
 
 
 METRICS_PORT = 9090

@@ -110,9 +110,7 @@ def build_patched_argo_sim(diff: Path, out: Path) -> Path:
     is copied out of the read-only module, patched there and overlaid, so nothing is edited."""
     tool_dir = REPO / "tools" / "argo-sim"
     argo_dir = argo_tools.go_module_dir(tool_dir)
-    replace = {str(argo_dir / pkg / f.name): str(f)
-               for src, pkg in argo_tools.OVERLAYS.items()
-               for f in sorted((tool_dir / src).glob("*.go"))}
+    replace = argo_tools.harness_overlay(tool_dir, argo_dir)
     for name in sorted(set(re.findall(r"^\+\+\+ (\S+)", diff.read_text(), re.M))):
         patched = out / name
         patched.parent.mkdir(parents=True, exist_ok=True)
@@ -121,9 +119,8 @@ def build_patched_argo_sim(diff: Path, out: Path) -> Path:
         replace[str(argo_dir / name)] = str(patched)
     (out / "overlay.json").write_text(json.dumps({"Replace": replace}))
     binary = out / "argo-sim"
-    subprocess.run(["go", "test", "-c", "-vet=off", "-overlay", str(out / "overlay.json"),
-                    "-o", str(binary), argo_tools.CONTROLLER_PKG], cwd=tool_dir,
-                   env={**argo_tools._go_env(), "GOWORK": "off"}, check=True)
+    argo_tools.compile_test_binary("go", tool_dir, out / "overlay.json",
+                                   argo_tools.CONTROLLER_PKG, binary)
     return binary
 
 

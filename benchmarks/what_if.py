@@ -48,6 +48,10 @@ FOLDED_LIMIT = "3"
 FOLDED_BACKOFF = "10s"
 
 
+def templates_by_name(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in wf["spec"]["templates"]}
+
+
 def read_parameters_by(outputs: dict[str, Any], expression: Callable[[str], str]) -> None:
     """Point every output parameter a stage's DAG selects from its tasks at ``expression``
     of the parameter's name (what a stage passes through from its inputs stays)."""
@@ -60,7 +64,7 @@ def fold_application_budget(workflow: dict[str, Any]) -> dict[str, Any]:
     """A copy of the fleet Workflow with every application attempt folded into the retry
     of the task before it (see the module's docstring)."""
     wf = copy.deepcopy(workflow)
-    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    templates = templates_by_name(wf)
     retry = copy.deepcopy(templates["train-pod"]["retryStrategy"])
     retry["limit"] = FOLDED_LIMIT
     retry["expression"] = "lastRetry.exitCode == '1' || " + retry["expression"]
@@ -135,7 +139,7 @@ def drop_preemption_carry(wf: dict[str, Any]) -> None:
 
 
 def flatten_single_task_stages(wf: dict[str, Any], stages: tuple[str, ...]) -> None:
-    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    templates = templates_by_name(wf)
     for stage in stages:
         dag, pod = templates[stage], templates[f"{stage}-pod"]
         if "memoize" in dag:
@@ -155,7 +159,7 @@ def flatten_single_task_stages(wf: dict[str, Any], stages: tuple[str, ...]) -> N
 def evaluate_keys_once(wf: dict[str, Any], stages: tuple[str, ...]) -> None:
     """Each memoized stage's cache key and shard evaluated once, by the task of ``main`` that
     starts the stage, and read as plain parameters by ``memoize`` and the checkpoint keys."""
-    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    templates = templates_by_name(wf)
     for stage in stages:
         tmpl = templates[stage]
         starter = next(t for t in templates["main"]["dag"]["tasks"] if t["name"] == stage)
@@ -197,12 +201,12 @@ def without_memoization(wf: dict[str, Any]) -> dict[str, Any]:
             if tmpl.get(side, {}).get("parameters"):
                 tmpl[side]["parameters"] = _without(tmpl[side]["parameters"],
                                                     (CACHE_RECORD, KEY_PARAMETER, SHARD_PARAMETER))
-    for task in next(t for t in wf["spec"]["templates"] if t["name"] == "main")["dag"]["tasks"]:
+    templates = templates_by_name(wf)
+    for task in templates["main"]["dag"]["tasks"]:
         if task.get("arguments", {}).get("parameters"):
             task["arguments"]["parameters"] = _without(task["arguments"]["parameters"],
                                                        (KEY_PARAMETER, SHARD_PARAMETER))
-    train = next(t for t in wf["spec"]["templates"] if t["name"] == "train")
-    for task in train["dag"]["tasks"]:
+    for task in templates["train"]["dag"]["tasks"]:
         for param in task.get("arguments", {}).get("parameters", []):
             if param["name"] == "checkpoint-key":
                 param["value"] = "{{workflow.name}}"
@@ -211,7 +215,7 @@ def without_memoization(wf: dict[str, Any]) -> dict[str, Any]:
 
 def without_fallback(wf: dict[str, Any]) -> dict[str, Any]:
     wf = copy.deepcopy(wf)
-    templates = {t["name"]: t for t in wf["spec"]["templates"]}
+    templates = templates_by_name(wf)
     probe = "train-h100"
     train = templates["train"]
     train["dag"]["tasks"] = [t for t in train["dag"]["tasks"] if t["name"] == probe]

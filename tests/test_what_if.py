@@ -1,8 +1,8 @@
 """benchmarks/what_if.py folds durapipe's compiled fleet pipeline as its docstring says. The
 fold works on the compiler's template and task names: a renamed one, or a kept task still
-reading one that is gone, must fail here rather than in a half-hour benchmark run. The fleet benchmark's helpers the
-what-ifs run through (their workflow prefixes, its count of Argo's operates) are checked here
-for the same reason."""
+reading one that is gone, must fail here rather than in a half-hour benchmark run. The fleet
+benchmark's helpers the what-ifs run through (their workflow prefixes, its count of Argo's
+operates) are checked here for the same reason."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import copy
 import json
 from typing import Any
 
-from benchmarks.fleet_scale import FLEET_PIPELINE
 import pytest
 
+from benchmarks.fleet_scale import FLEET_PIPELINE
 from benchmarks.what_if import FOLDED_LIMIT, KEY_PARAMETER, WHAT_IFS, fold_application_budget
 from durapipe.compiler import CompileOptions, compile_pipeline
 from durapipe.dsl.load import loads

@@ -219,6 +219,20 @@ def build_argo_check() -> Path:
     return _cached_build("argo-check", build)
 
 
+def harness_overlay(tool_dir: Path, argo_dir: Path) -> dict[str, str]:
+    """Where in Argo's source (``argo_dir``) ``go test -overlay`` adds each of our Go files
+    (``OVERLAYS``, under ``tool_dir``)."""
+    return {str(argo_dir / pkg_dir / f.name): str(f)
+            for src, pkg_dir in OVERLAYS.items()
+            for f in sorted((tool_dir / src).glob("*.go"))}
+
+
+def compile_test_binary(go: str, tool_dir: Path, overlay: Path, package: str, out: Path) -> None:
+    """``package``'s test binary with the files ``overlay`` (a ``-overlay`` JSON) replaces."""
+    _run_go([go, "test", "-c", "-vet=off", "-overlay", str(overlay), "-o", str(out), package],
+            tool_dir, {**_go_env(), "GOWORK": "off"})
+
+
 def build_argo_sim() -> Path:
     """Compile Argo's workflow/controller and workflow/executor test binaries with our
     harness files added to them (``argo-sim`` and, beside it, ``argo-conditions``).
@@ -230,26 +244,12 @@ def build_argo_sim() -> Path:
     """
 
     def build(go: str, tool_dir: Path, out_dir: Path, tmp: Path) -> None:
-        env = _go_env()
-        env["GOWORK"] = "off"
         argo_dir = go_module_dir(tool_dir)  # _cached_build's source hash skipped without it
         overlay = out_dir / "overlay.json"
-        overlay.write_text(json.dumps({"Replace": {
-            str(argo_dir / pkg_dir / f.name): str(f)
-            for src, pkg_dir in OVERLAYS.items()
-            for f in sorted((tool_dir / src).glob("*.go"))
-        }}))
+        overlay.write_text(json.dumps({"Replace": harness_overlay(tool_dir, argo_dir)}))
         # The executor's binary first: argo-sim appearing last marks the build complete.
-        _run_go(
-            [go, "test", "-c", "-vet=off", "-overlay", str(overlay),
-             "-o", str(out_dir / "argo-conditions"), EXECUTOR_PKG],
-            tool_dir, env,
-        )
-        _run_go(
-            [go, "test", "-c", "-vet=off", "-overlay", str(overlay), "-o", str(tmp),
-             CONTROLLER_PKG],
-            tool_dir, env,
-        )
+        compile_test_binary(go, tool_dir, overlay, EXECUTOR_PKG, out_dir / "argo-conditions")
+        compile_test_binary(go, tool_dir, overlay, CONTROLLER_PKG, tmp)
 
     return _cached_build("argo-sim", build)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.operate_cost import DURAPIPE_FATES, compiled_by
+from benchmarks.operate_cost import DURAPIPE_FATES, REPO, compiled_by
 from benchmarks.what_if import WHAT_IFS
 from tests.argo.argo_tools import run_scenario
 from tests.compiler.test_argo_controller import strip_artifacts
@@ -22,8 +22,7 @@ MEMOIZED = {name: set() if "memoization" in name or "all-three" in name else {"p
 
 
 def fleet(what_if: str) -> dict[str, Any]:
-    from pathlib import Path
-    workflow = compiled_by(Path(__file__).resolve().parents[2])
+    workflow = compiled_by(REPO)
     rewritten = WHAT_IFS[what_if](workflow)
     strip_artifacts(rewritten)
     return rewritten
